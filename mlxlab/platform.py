@@ -48,7 +48,8 @@ def blas_in_use() -> str:
         maps = Path("/proc/self/maps").read_text()
     except OSError:
         return "unknown"
-    return "openblas" if "openblas" in maps else "bundled"
+    # "/libopenblas": numpy's own "libscipy_openblas64_" is mapped too and serves numpy only
+    return "openblas" if "/libopenblas" in maps else "bundled"
 
 
 def reexec_with_fast_blas() -> None:

@@ -12,7 +12,7 @@ and executes it; each chunk is a scheduling point.
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from typing import Callable, Dict, List, Optional, Tuple
+from typing import Callable, Dict, List, Optional, Sequence, Tuple
 
 
 @dataclass
@@ -116,9 +116,141 @@ class Interleave(Policy):
         return plan
 
 
+class AdmissionGate(Policy):
+    """At most one big prefill (at least ``big_prompt_tokens`` tokens) in flight at a time,
+    one chunk of it per step, with every decoding sequence advancing in that same step however
+    deep the queue. Short prompts (a chat turn) are not held behind the big one."""
+
+    name = "admission_gate"
+
+    def __init__(self, big_prompt_tokens: int = 2048, prefill_batch_size: int = 8):
+        if big_prompt_tokens < 1 or prefill_batch_size < 1:
+            raise ValueError("big_prompt_tokens and prefill_batch_size must be >= 1")
+        self.big_prompt_tokens = big_prompt_tokens
+        self.prefill_batch_size = prefill_batch_size
+
+    def is_big(self, s: SeqView) -> bool:
+        return s.prefill_tokens >= self.big_prompt_tokens
+
+    def schedule(self, state: SchedulerState) -> StepPlan:
+        plan = StepPlan(decode=bool(state.decoding))
+        admitted = next((s for s in state.prefill_queue if self.is_big(s) and s.prefilled_tokens > 0), None)
+        for s in state.prefill_queue:
+            if len(plan.prefill) >= self.prefill_batch_size:
+                break
+            if self.is_big(s):
+                if admitted is None:
+                    admitted = s
+                elif s is not admitted:
+                    continue  # held at the gate until the admitted one finishes
+            plan.prefill.append((s.seq_id, min(state.chunk_size, s.remaining_prefill)))
+        return plan
+
+    def __repr__(self) -> str:
+        return f"AdmissionGate(big_prompt_tokens={self.big_prompt_tokens})"
+
+
+class StallFree(Policy):
+    """Sarathi-Serve's stall-free batching: a token budget per step, filled with every
+    decoding sequence first (one token each), then the in-flight prefills' chunks, then new
+    prefills chunked to fit. Decoding never waits for a whole prompt; a step never carries
+    more than ``token_budget`` tokens unless the decoding sequences alone exceed it."""
+
+    name = "stall_free"
+
+    def __init__(self, token_budget: int = 512):
+        if token_budget < 1:
+            raise ValueError(f"token_budget must be >= 1, got {token_budget}")
+        self.token_budget = token_budget
+
+    def schedule(self, state: SchedulerState) -> StepPlan:
+        plan = StepPlan(decode=bool(state.decoding))
+        budget = self.token_budget - len(state.decoding)
+        ordered = sorted(state.prefill_queue, key=lambda s: s.prefilled_tokens == 0)  # in-flight first
+        for s in ordered:
+            if budget <= 0:
+                break
+            n = min(budget, state.chunk_size, s.remaining_prefill)
+            plan.prefill.append((s.seq_id, n))
+            budget -= n
+        return plan
+
+    def __repr__(self) -> str:
+        return f"StallFree(token_budget={self.token_budget})"
+
+
+class SLOChunking(Policy):
+    """Chunk size chosen per step from a cost model of step time: while interactive streams
+    decode, the largest chunk whose predicted step (decode + chunk) keeps their inter-token
+    latency under ``itl_target_s``; with nobody decoding, ``max_chunk``.
+
+    The cost model (:class:`mlxlab.costmodel.StepCostModel`) is refitted from the executor's own
+    step records every ``refit_every`` observations; until it has ``min_observations`` it plays
+    safe with ``min_chunk``. A pre-fitted model (from ``mlxlab profile``) can be passed in.
+    ``interactive_tenants`` limits whose decoding counts (default: every decoding stream)."""
+
+    name = "slo"
+
+    def __init__(self, itl_target_s: float = 0.05, min_chunk: int = 32, max_chunk: int = 2048,
+                 cost_model=None, interactive_tenants: Optional[Sequence[str]] = None,
+                 refit_every: int = 16, min_observations: int = 8, history: int = 512):
+        if itl_target_s <= 0:
+            raise ValueError(f"itl_target_s must be positive, got {itl_target_s}")
+        if not 1 <= min_chunk <= max_chunk:
+            raise ValueError(f"need 1 <= min_chunk <= max_chunk, got {min_chunk}, {max_chunk}")
+        from .costmodel import StepCostModel  # numpy only: policies stay free of MLX
+
+        self.itl_target_s = itl_target_s
+        self.min_chunk, self.max_chunk = min_chunk, max_chunk
+        self.cost_model = cost_model or StepCostModel()
+        self._learn = cost_model is None
+        self.interactive_tenants = set(interactive_tenants) if interactive_tenants else None
+        self.refit_every, self.min_observations, self.history = refit_every, min_observations, history
+        self._records: List[dict] = []
+        self.chosen: List[int] = []  # chunk sizes chosen while streams decoded (for plots)
+
+    def observe(self, record: dict) -> None:
+        if not self._learn:
+            return
+        self._records.append(record)
+        del self._records[:-self.history]
+        if len(self._records) >= self.min_observations and len(self._records) % self.refit_every == 0:
+            from .costmodel import StepCostModel
+
+            self.cost_model = StepCostModel.fit(self._records, source="online")
+
+    def _interactive(self, state: SchedulerState) -> bool:
+        if self.interactive_tenants is None:
+            return bool(state.decoding)
+        return any(s.tenant in self.interactive_tenants for s in state.decoding)
+
+    def schedule(self, state: SchedulerState) -> StepPlan:
+        plan = StepPlan(decode=bool(state.decoding))
+        if not state.prefill_queue:
+            return plan
+        s = state.prefill_queue[0]
+        if not self._interactive(state):
+            n = self.max_chunk
+        elif not self.cost_model.fitted:
+            n = self.min_chunk
+        else:
+            n = self.cost_model.largest_chunk(
+                self.itl_target_s, len(state.decoding), sum(d.context_tokens for d in state.decoding),
+                s.prefilled_tokens, self.min_chunk, self.max_chunk)
+            self.chosen.append(n)
+        plan.prefill.append((s.seq_id, min(n, s.remaining_prefill)))
+        return plan
+
+    def __repr__(self) -> str:
+        return f"SLOChunking(itl_target_s={self.itl_target_s}, min_chunk={self.min_chunk}, max_chunk={self.max_chunk})"
+
+
 POLICIES: Dict[str, Callable[..., Policy]] = {
     PrefillFirst.name: PrefillFirst,
     Interleave.name: Interleave,
+    AdmissionGate.name: AdmissionGate,
+    StallFree.name: StallFree,
+    SLOChunking.name: SLOChunking,
 }
 
 

@@ -1,0 +1,14 @@
+#!/usr/bin/env bash
+# Run an mlxlab command on an NVIDIA H200 machine that has no package registry, with the
+# mlx CUDA bundle built here by ../shared/tools/mlx-cuda-bundle (carried as .mlxcuda/).
+# Usage (from the project root on the GPU machine):  bash scripts/h200.sh bench engine --models ...
+# Results land in data/results/h200/ and, when $OUT is set, are copied there too.
+set -euo pipefail
+cd "$(dirname "$0")/.."
+if [ ! -d .mlxcuda/site/mlx ]; then
+  mkdir -p .mlxcuda/site && tar xJf .mlxcuda/mlx-cuda-sm90.tar.xz -C .mlxcuda/site
+fi
+export PYTHONPATH="$PWD/.mlxcuda/site:$PWD" PYTHONUNBUFFERED=1 MLXLAB_PLATFORM=${MLXLAB_PLATFORM:-h200}
+python3 -c 'import mlx.core as mx; print("mlx", mx.__version__, mx.default_device(), mx.device_info().get("device_name"))'
+python3 -m mlxlab.cli "$@"
+if [ -n "${OUT:-}" ]; then mkdir -p "$OUT/h200" && cp -r data/results/h200/. "$OUT/h200/"; fi
