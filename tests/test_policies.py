@@ -1,0 +1,210 @@
+"""Policy invariants on synthetic state, without MLX: a tiny fake executor applies each plan
+to the queues (prefill chunks advance, finished prompts start decoding, decoders finish after
+their tokens) so the invariants are checked over whole runs, not single snapshots."""
+
+import random
+import sys
+
+import numpy as np
+import pytest
+
+from mlxlab.costmodel import StepCostModel
+from mlxlab.scheduler import (AdmissionGate, SchedulerState, SeqView, StallFree, StepPlan,
+                              check_plan, make_policy)
+
+
+class FakeQueues:
+    """Applies plans to SeqViews; arrivals at given steps."""
+
+    def __init__(self, arrivals, chunk_size):
+        self.arrivals = sorted(arrivals, key=lambda a: a[0])  # (step, SeqView)
+        self.chunk_size = chunk_size
+        self.queue, self.decoding, self.step_no = [], [], 0
+        self.waited = {}  # seq_id -> steps since its last decode
+
+    def state(self):
+        while self.arrivals and self.arrivals[0][0] <= self.step_no:
+            self.queue.append(self.arrivals.pop(0)[1])
+        return SchedulerState(self.step_no * 0.01, self.chunk_size, list(self.queue), list(self.decoding))
+
+    def apply(self, plan: StepPlan, state):
+        check_plan(plan, state)
+        for s in self.decoding:
+            self.waited[s.seq_id] = 0 if plan.decode else self.waited.get(s.seq_id, 0) + 1
+        if plan.decode:
+            for s in self.decoding:
+                s.generated += 1
+            self.decoding = [s for s in self.decoding if s.generated < s.max_tokens]
+        for seq_id, n in plan.prefill:
+            s = next(x for x in self.queue if x.seq_id == seq_id)
+            s.prefilled_tokens += n
+            if s.remaining_prefill == 0:
+                self.queue.remove(s)
+                self.decoding.append(s)
+        self.step_no += 1
+
+    @property
+    def busy(self):
+        return bool(self.arrivals or self.queue or self.decoding)
+
+
+def mixed_arrivals(seed, n_big=4, n_chat=6, big=(3000, 9000), chat=(20, 200)):
+    rng = random.Random(seed)
+    out = []
+    for i in range(n_big):
+        out.append((rng.randrange(0, 20), SeqView(i, "batch", 0.0, rng.randrange(*big), 0, 0, rng.randrange(1, 8))))
+    for j in range(n_chat):
+        out.append((rng.randrange(0, 60), SeqView(100 + j, "chat", 0.0, rng.randrange(*chat), 0, 0, rng.randrange(5, 40))))
+    return out
+
+
+def drive(policy, arrivals, chunk_size=512, max_steps=10_000, on_step=None):
+    q = FakeQueues(arrivals, chunk_size)
+    while q.busy and q.step_no < max_steps:
+        st = q.state()
+        plan = policy.schedule(st) if (st.prefill_queue or st.decoding) else StepPlan()
+        if on_step:
+            on_step(st, plan, q)
+        q.apply(plan, st)
+    assert not q.busy, "policy left work unfinished"
+    return q
+
+
+@pytest.mark.parametrize("seed", range(5))
+def test_admission_gate_never_has_two_big_prefills_in_flight(seed):
+    gate = AdmissionGate(big_prompt_tokens=2048)
+
+    def check(st, plan, q):
+        planned = {i for i, _ in plan.prefill}
+        in_flight = {s.seq_id for s in st.prefill_queue if gate.is_big(s) and (s.prefilled_tokens > 0 or s.seq_id in planned)}
+        assert len(in_flight) <= 1, in_flight
+
+    drive(gate, mixed_arrivals(seed), on_step=check)
+
+
+def test_admission_gate_does_not_hold_short_prompts_behind_a_big_one():
+    gate = AdmissionGate(big_prompt_tokens=1000)
+    big1 = SeqView(1, "batch", 0, 5000, 1024)  # in flight
+    big2 = SeqView(2, "batch", 0, 5000, 0)
+    chat = SeqView(3, "chat", 0, 50, 0)
+    plan = gate.schedule(SchedulerState(0, 512, [big1, big2, chat], []))
+    assert [i for i, _ in plan.prefill] == [1, 3]
+
+
+@pytest.mark.parametrize("seed", range(5))
+@pytest.mark.parametrize("budget", [64, 256, 512])
+def test_stall_free_never_exceeds_its_token_budget(seed, budget):
+    pol = StallFree(token_budget=budget)
+
+    def check(st, plan, q):
+        decode_tokens = len(st.decoding) if plan.decode else 0
+        if len(st.decoding) < budget:
+            assert decode_tokens + plan.num_prefill_tokens() <= budget
+        else:  # decoding alone fills the budget: no prefill at all
+            assert plan.num_prefill_tokens() == 0
+
+    drive(pol, mixed_arrivals(seed), chunk_size=4096, on_step=check)
+
+
+def test_stall_free_serves_in_flight_prefill_before_new_ones():
+    pol = StallFree(token_budget=300)
+    new = SeqView(1, "b", 0, 1000, 0)
+    started = SeqView(2, "b", 0, 1000, 200)
+    plan = pol.schedule(SchedulerState(0, 4096, [new, started], [SeqView(3, "c", 0, 5, 5, 1, 9)]))
+    assert plan.decode and plan.prefill == [(2, 299)]
+
+
+def _fitted_cost_model():
+    # synthetic truth: 5 ms per decode step + 20 us per prefill token + 1 ms per chunk
+    rng = np.random.default_rng(0)
+    recs = []
+    for _ in range(200):
+        b, n = int(rng.integers(0, 4)), int(rng.integers(0, 2048))
+        dur = (0.005 if b else 0) + 0.001 * (n > 0) + 2e-5 * n
+        recs.append({"duration_s": dur, "decode_batch": b, "decode_context_tokens": 100 * b,
+                     "prefill_tokens": n, "prefill_context_tokens": 0, "prefill_seqs": [1] if n else []})
+    return StepCostModel.fit(recs)
+
+
+@pytest.mark.parametrize("name, options", [
+    ("admission_gate", {"big_prompt_tokens": 2048}),
+    ("stall_free", {"token_budget": 512}),
+    ("slo", {"itl_target_s": 0.02, "min_chunk": 32, "max_chunk": 2048}),
+])
+@pytest.mark.parametrize("seed", range(3))
+def test_no_decoding_sequence_waits_more_than_one_step(name, options, seed):
+    pol = make_policy(name, **options)
+    q = drive(pol, mixed_arrivals(seed), chunk_size=1024,
+              on_step=lambda st, plan, q: None)
+    assert max(q.waited.values(), default=0) == 0
+    # and each step with decoders decodes them
+    def check(st, plan, q):
+        if st.decoding:
+            assert plan.decode
+    drive(make_policy(name, **options), mixed_arrivals(seed + 10), chunk_size=1024, on_step=check)
+
+
+def test_interleave_and_prefill_first_differ_as_documented():
+    dec = [SeqView(9, "c", 0, 5, 5, 1, 50)]
+    prompts = [SeqView(i, "b", 0, 4000, 0) for i in range(10)]
+    st = SchedulerState(0, 512, prompts, dec)
+    inter = make_policy("interleave").schedule(st)
+    assert inter.decode and len(inter.prefill) == 8  # mlx-lm's prefill_batch_size
+    pf = make_policy("prefill_first").schedule(st)
+    assert not pf.decode and pf.prefill == [(0, 512)]
+
+
+def test_cost_model_recovers_synthetic_coefficients_and_slo_picks_the_largest_fitting_chunk():
+    cm = _fitted_cost_model()
+    assert cm.predict(1, 100, []) == pytest.approx(0.005, rel=0.05)
+    assert cm.predict(0, 0, [(1000, 0)]) == pytest.approx(0.001 + 0.02, rel=0.05)
+    pol = make_policy("slo", itl_target_s=0.015, min_chunk=16, max_chunk=4096, cost_model=cm)
+    st = SchedulerState(0, 4096, [SeqView(1, "b", 0, 20000, 0)], [SeqView(2, "chat", 0, 5, 5, 1, 99)])
+    (sid, n), = pol.schedule(st).prefill
+    # 5 ms decode + 1 ms chunk + 20 us/token <= 15 ms  ->  n <= 450
+    assert 430 <= n <= 450
+    alone = pol.schedule(SchedulerState(0, 4096, [SeqView(1, "b", 0, 20000, 0)], []))
+    assert alone.prefill == [(1, 4096)] and not alone.decode
+
+
+def test_slo_learns_online_from_observed_steps():
+    pol = make_policy("slo", itl_target_s=0.015, min_chunk=16, max_chunk=4096, refit_every=4, min_observations=8)
+    st = SchedulerState(0, 4096, [SeqView(1, "b", 0, 20000, 0)], [SeqView(2, "chat", 0, 5, 5, 1, 99)])
+    assert pol.schedule(st).prefill == [(1, 16)]  # unfitted: plays safe
+    rng = np.random.default_rng(1)
+    for _ in range(16):
+        n = int(rng.integers(16, 2048))
+        pol.observe({"duration_s": 0.005 + 0.001 + 2e-5 * n, "decode_batch": 1, "decode_context_tokens": 6,
+                     "prefill_tokens": n, "prefill_context_tokens": 0, "prefill_seqs": [1]})
+        pol.observe({"duration_s": 0.005, "decode_batch": 1, "decode_context_tokens": 6,
+                     "prefill_tokens": 0, "prefill_context_tokens": 0, "prefill_seqs": []})
+    (_, n), = pol.schedule(st).prefill
+    assert 300 <= n <= 460
+
+
+@pytest.mark.parametrize("bad", [
+    ("stall_free", {"token_budget": 0}),
+    ("slo", {"itl_target_s": -1}),
+    ("slo", {"min_chunk": 0}),
+    ("admission_gate", {"big_prompt_tokens": 0}),
+    ("nope", {}),
+])
+def test_bad_policy_options_are_refused(bad):
+    with pytest.raises(ValueError):
+        make_policy(bad[0], **bad[1])
+
+
+def test_policies_do_not_import_mlx():
+    import subprocess
+
+    code = "import sys, mlxlab.scheduler, mlxlab.costmodel; sys.exit('mlx' in sys.modules or 'mlx.core' in sys.modules)"
+    # importing the package __init__ pulls in the engine, so load the two modules by path
+    code = ("import importlib.util, sys, pathlib\n"
+            "root = pathlib.Path('mlxlab')\n"
+            "for name in ('costmodel', 'scheduler'):\n"
+            "    spec = importlib.util.spec_from_file_location('mlxlab.' + name, root / (name + '.py'))\n"
+            "    m = importlib.util.module_from_spec(spec); sys.modules['mlxlab.' + name] = m; spec.loader.exec_module(m)\n"
+            "sys.exit(int('mlx.core' in sys.modules))\n")
+    import pathlib
+    root = pathlib.Path(__file__).resolve().parent.parent
+    assert subprocess.run([sys.executable, "-c", code], cwd=root).returncode == 0
