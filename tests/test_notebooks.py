@@ -1,0 +1,58 @@
+"""Every notebook runs headless in quick mode through papermill (what CI and `mlxlab reproduce
+--quick` do), writing into a temporary folder; notebooks are committed without outputs and with
+a `parameters` cell; a failing notebook is reported with its name and cell."""
+
+import json
+from pathlib import Path
+
+import nbformat
+import pytest
+
+from mlxlab import nb as nbmod
+from mlxlab.reproduce import NOTEBOOKS, ReproduceError, list_notebooks, reproduce
+
+ALL = list_notebooks()
+
+
+def test_there_is_a_numbered_series():
+    assert [p.name[:2] for p in ALL] == sorted(p.name[:2] for p in ALL)
+    assert ALL and ALL[0].name.startswith("00_")
+
+
+@pytest.mark.parametrize("path", ALL, ids=lambda p: p.stem)
+def test_notebook_is_committed_clean_with_a_parameters_cell(path):
+    book = nbformat.read(str(path), as_version=4)
+    code = [c for c in book.cells if c.cell_type == "code"]
+    assert all(not c.get("outputs") and c.get("execution_count") is None for c in code)
+    assert any("parameters" in c.metadata.get("tags", []) for c in code)
+    src = NOTEBOOKS / "src" / (path.stem + ".py")
+    assert src.exists(), f"{src} is the plain-text source of {path.name}"
+
+
+@pytest.mark.parametrize("path", ALL, ids=lambda p: p.stem)
+def test_notebook_runs_in_quick_mode(path, tmp_path):
+    out = reproduce(quick=True, only=[path.name[:2]], out_dir=tmp_path / "nb", progress=False,
+                    parameters={"results_dir": str(tmp_path / "results"), "figures_dir": str(tmp_path / "figures")})
+    executed = nbformat.read(out[0]["output"], as_version=4)
+    errors = [o for c in executed.cells for o in c.get("outputs", []) if o.get("output_type") == "error"]
+    assert not errors
+    results = list((tmp_path / "results").glob("*.json"))
+    assert results, "a notebook writes its measurements"
+    assert all("environment" in json.loads(p.read_text()) for p in results)
+
+
+def test_a_failing_notebook_is_named_with_its_cell(tmp_path):
+    book = nbformat.v4.new_notebook(cells=[
+        nbformat.v4.new_code_cell("quick = True", metadata={"tags": ["parameters"]}),
+        nbformat.v4.new_code_cell("x = 1"),
+        nbformat.v4.new_code_cell("raise ValueError('boom')"),
+    ])
+    book.metadata["kernelspec"] = {"name": "python3", "display_name": "Python 3", "language": "python"}
+    nbformat.write(book, str(tmp_path / "07_broken.ipynb"))
+    with pytest.raises(ReproduceError, match=r"07_broken.ipynb failed in cell \d+: ValueError: boom"):
+        reproduce(notebooks_dir=tmp_path, out_dir=tmp_path / "out", progress=False)
+
+
+def test_verdicts_outside_the_four_are_refused():
+    with pytest.raises(ValueError, match="verdict"):
+        nbmod.verdict_table([{"claim": "c", "published": "p", "measured": "m", "verdict": "sort of", "evidence": "e"}])
