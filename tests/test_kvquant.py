@@ -1,0 +1,62 @@
+"""KV quantization helpers: the backend probe, clear refusals, crossover arithmetic, quality."""
+
+import random
+from unittest import mock
+
+import pandas as pd
+import pytest
+
+from mlxlab import load_model
+from mlxlab import kvquant as K
+
+
+@pytest.fixture(scope="module")
+def tiny():
+    return load_model("tiny")
+
+
+def test_probe_passes_on_the_cpu_backend():
+    assert K.probe_kv_quant(4) == (True, "")
+    assert K.probe_kv_quant(None) == (True, "")
+
+
+@pytest.mark.parametrize("bits, group, match", [(3, 64, "kv_bits must be one of"), (4, 48, "does not divide")])
+def test_check_kv_bits_refuses_with_what_to_do(bits, group, match):
+    with pytest.raises(ValueError, match=match):
+        K.check_kv_bits(bits, group, 64)
+
+
+def test_a_backend_without_quantized_attention_is_refused_not_crashed():
+    K._probe.cache_clear()
+    with mock.patch.object(K, "quantized_scaled_dot_product_attention",
+                           side_effect=RuntimeError("[quantized_matmul] No implementation for problem shape")):
+        with pytest.raises(ValueError, match="Use kv_bits=None"):
+            K.check_kv_bits(4, 64, 64)
+    K._probe.cache_clear()
+    K.check_kv_bits(4, 64, 64)  # the real backend again
+
+
+def test_crossover_interpolates_between_measured_contexts():
+    rows = []
+    for c, none, q4 in ((256, 100, 70), (1024, 80, 72), (2048, 60, 66)):
+        rows += [{"context_tokens": c, "kv_bits": "none", "decode_tok_s": none, "error": ""},
+                 {"context_tokens": c, "kv_bits": "4", "decode_tok_s": q4, "error": ""}]
+    x = K.crossover(pd.DataFrame(rows), "4")
+    assert 1024 < x < 2048
+    assert K.crossover(pd.DataFrame(rows), "8") is None
+
+
+def test_eight_bit_kv_is_closer_to_full_precision_than_four_bit(tiny):
+    rng = random.Random(0)
+    toks = [rng.randrange(1, tiny.vocab_size) for _ in range(100)]
+    q8 = K.quality(tiny, toks, 8, prefix_tokens=64)
+    q4 = K.quality(tiny, toks, 4, prefix_tokens=64)
+    assert 0 <= q8["kl_mean"] < q4["kl_mean"]
+    assert q8["greedy_agreement"] >= q4["greedy_agreement"]
+
+
+def test_decode_speed_reports_smaller_caches_for_fewer_bits(tiny):
+    full = K.decode_speed(tiny, 300, None, decode_tokens=4)
+    four = K.decode_speed(tiny, 300, 4, decode_tokens=4)
+    assert four["kv_bytes"] < full["kv_bytes"] / 3
+    assert full["decode_tok_s"] > 0 and four["decode_tok_s"] > 0
