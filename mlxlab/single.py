@@ -115,3 +115,104 @@ def seed_protocol(model_name: str, prompt_tokens: int = 480, order: Sequence[int
     df = pd.DataFrame(json.loads(line[len("RESULT"):]))
     df["order"] = " then ".join(map(str, order))
     return df
+
+
+# ---------------------------------------------------------------- warm-up and memory
+def warmup(model, mode: str = "token", *, chunk_sizes: Sequence[int] = (2048,), batch_sizes: Sequence[int] = (1,),
+           prompt_tokens: Optional[int] = None) -> Dict:
+    """Run throwaway requests so kernels compile before real traffic. ``mode``: "off"; "token"
+    (one short request, like the case study's 1-token "Hi"); "shapes" (a prompt at each chunk
+    size, and decode at each batch size). Compiled kernels are process-wide in mlx, so warming
+    through a throwaway engine warms every later engine. Returns seconds spent per part."""
+    if mode not in ("off", "token", "shapes"):
+        raise ValueError(f"warm-up mode must be 'off', 'token' or 'shapes', got {mode!r}")
+    vocab = getattr(model, "vocab_size", None) or model.module.args.vocab_size
+    spent = {}
+    if mode == "off":
+        return spent
+    t0 = time.perf_counter()
+    eng = Engine(model, chunk_size=max(chunk_sizes))
+    eng.submit(_prompt(4, vocab, 1), 2)
+    eng.run()
+    spent["token"] = time.perf_counter() - t0
+    if mode == "shapes":
+        for c in chunk_sizes:
+            t0 = time.perf_counter()
+            eng = Engine(model, chunk_size=c)
+            eng.submit(_prompt(min(prompt_tokens or c, c) + 1, vocab, 2), 1)
+            eng.run()
+            spent[f"chunk_{c}"] = time.perf_counter() - t0
+        for b in batch_sizes:
+            t0 = time.perf_counter()
+            eng = Engine(model, chunk_size=max(chunk_sizes))
+            for i in range(b):
+                eng.submit(_prompt(8, vocab, 3 + i), 3)
+            eng.run()
+            spent[f"batch_{b}"] = time.perf_counter() - t0
+    return spent
+
+
+_COLD = r"""
+import json, sys, time
+t_start = time.perf_counter()
+import mlx.core as mx
+from mlxlab.models import load_model
+from mlxlab.engine import Engine
+from mlxlab.single import warmup, _prompt
+a = json.loads(sys.argv[1])
+if a.get("cache_limit_mb") is not None:
+    mx.set_cache_limit(int(a["cache_limit_mb"]) * 2**20)
+if a.get("memory_limit_mb") is not None:
+    mx.set_memory_limit(int(a["memory_limit_mb"]) * 2**20)
+model = load_model(a["model"], dtype=a.get("dtype"), bits=a.get("bits"))
+mx.reset_peak_memory()
+out = {"load_s": time.perf_counter() - t_start}
+t0 = time.perf_counter(); out["warmup_parts"] = warmup(model, a["warmup"], chunk_sizes=a["chunks"][:1], batch_sizes=[1]); out["warmup_s"] = time.perf_counter() - t0
+events = []
+def request(label, n, chunk, batch=1, max_tokens=8):
+    eng = Engine(model, chunk_size=chunk)
+    reqs = [eng.submit(_prompt(n, model.vocab_size, 100 + len(events) + i), max_tokens) for i in range(batch)]
+    eng.run()
+    itl = [g for r in reqs for g in r.itl_s]
+    events.append({"event": label, "prompt_tokens": n, "chunk": chunk, "batch": batch,
+                   "ttft_s": max(r.ttft_s for r in reqs), "itl_s": sum(itl) / len(itl) if itl else None,
+                   "active_mb": mx.get_active_memory() / 2**20, "cache_mb": mx.get_cache_memory() / 2**20,
+                   "peak_mb": mx.get_peak_memory() / 2**20})
+n, c = a["prompt_tokens"], a["chunks"][0]
+request("first request", n, c)
+for i in range(a["repeats"]):
+    request("warm request", n, c)
+for c2 in a["chunks"][1:]:
+    request(f"first use of chunk {c2}", max(n, c2 + 1), c2)
+    request(f"again chunk {c2}", max(n, c2 + 1), c2)
+for b in a["batches"]:
+    request(f"first use of batch {b}", n, c, batch=b)
+    request(f"again batch {b}", n, c, batch=b)
+out["events"] = events
+print("RESULT" + json.dumps(out))
+"""
+
+
+def fresh_process_run(model_name: str, *, warmup_mode: str = "off", prompt_tokens: int = 480,
+                      chunks: Sequence[int] = (512, 2048), batches: Sequence[int] = (4,), repeats: int = 3,
+                      cache_limit_mb: Optional[int] = None, memory_limit_mb: Optional[int] = None,
+                      dtype: Optional[str] = None, bits: Optional[int] = None, timeout_s: int = 900) -> Dict:
+    """Start a fresh Python process (nothing compiled yet), optionally set mlx's allocator
+    cache and memory limits, warm up (``warmup_mode``), then time: the first request, warm
+    repeats, the first use of each other chunk size and batch size and a repeat of each. Each
+    event records TTFT, mean ITL and active / cache / peak memory in MiB."""
+    from .platform import fast_blas_env
+
+    args = json.dumps({"model": model_name, "warmup": warmup_mode, "prompt_tokens": prompt_tokens,
+                       "chunks": list(chunks), "batches": list(batches), "repeats": repeats,
+                       "cache_limit_mb": cache_limit_mb, "memory_limit_mb": memory_limit_mb,
+                       "dtype": dtype, "bits": bits})
+    proc = subprocess.run([sys.executable, "-c", _COLD, args], capture_output=True, text=True,
+                          env=fast_blas_env(), timeout=timeout_s)
+    line = next((l for l in proc.stdout.splitlines() if l.startswith("RESULT")), None)
+    if proc.returncode != 0 or line is None:
+        raise RuntimeError(f"fresh-process run failed:\n{proc.stderr[-2000:]}")
+    out = json.loads(line[len("RESULT"):])
+    out.update({"model": model_name, "warmup": warmup_mode, "cache_limit_mb": cache_limit_mb,
+                "memory_limit_mb": memory_limit_mb})
+    return out
