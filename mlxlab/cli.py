@@ -1,4 +1,4 @@
-"""The ``mlxlab`` command: ``mlxlab bench engine`` (and the other tools as they land)."""
+"""The ``mlxlab`` command: ``mlxlab bench engine``, ``mlxlab bench scheduling`` (and the other tools as they land)."""
 
 from __future__ import annotations
 
@@ -34,6 +34,34 @@ def _bench_engine(args) -> int:
     return 0
 
 
+QUICK = {"chunk_sizes": [128, 512, 2048], "repeats": 3}
+
+
+def _bench_scheduling(args) -> int:
+    from .experiments import ALL_POLICIES, default_scale, format_table, scheduling_study
+    from .models import load_model
+    from .results import save_results
+
+    model = load_model(args.model, bits=args.bits, dtype=args.dtype)
+    scale = args.scale or (default_scale(model) / 2 if args.quick else default_scale(model))
+    chunk_sizes = args.chunk_sizes or (QUICK["chunk_sizes"] if args.quick else [256, 512, 1024, 2048])
+    repeats = args.repeats or (QUICK["repeats"] if args.quick else 3)
+    print(f"[bench scheduling] {args.model}: {model.num_params / 1e6:.1f}M params, dtype={model.dtype}, "
+          f"bits={model.bits}; scale {scale:.4g}, chunks {chunk_sizes}, workers {args.workers}, "
+          f"repeats {repeats}", flush=True)
+    study = scheduling_study(model, platform_scale=scale, policies=args.policies or ALL_POLICIES,
+                             chunk_sizes=chunk_sizes, workers=args.workers, repeats=repeats,
+                             stall_chunk=args.stall_chunk, gate_chunk=args.gate_chunk, seed=args.seed,
+                             log=None if args.quiet else (lambda line: print(line, flush=True)))
+    study["model"] = {"preset": args.model, "dtype": str(model.dtype), "bits": model.bits,
+                      "num_params": model.num_params, "nbytes": model.nbytes}
+    study["config"]["quick"] = bool(args.quick)
+    print(format_table(study))
+    path = save_results(args.name, study, platform=args.platform)
+    print(f"wrote {path} ({study['wall_s']:.0f} s)")
+    return 0
+
+
 def build_parser() -> argparse.ArgumentParser:
     p = argparse.ArgumentParser(prog="mlxlab", description="Measure and tune LLM serving on MLX.")
     sub = p.add_subparsers(dest="cmd", required=True)
@@ -51,6 +79,26 @@ def build_parser() -> argparse.ArgumentParser:
     be.add_argument("--platform", default=None, help="results folder name (default: detected)")
     be.add_argument("--name", default="bench_engine", help="results file name")
     be.set_defaults(func=_bench_engine)
+    bs = bsub.add_parser("scheduling", help="the seed-001 stall and its fixes on the engine, beside BatchGenerator")
+    bs.add_argument("--model", default="small", help="preset or local model directory")
+    bs.add_argument("--bits", type=int, default=None, help="quantize weights to this many bits")
+    bs.add_argument("--dtype", default=None, help="float32 / bfloat16 / float16 (default: by device)")
+    bs.add_argument("--quick", action="store_true",
+                    help="half the prompt scale, chunks 128/512/2048, 3 repeats (about 1 minute on a CPU with tiny)")
+    bs.add_argument("--repeats", type=int, default=None, help="runs per configuration (default 3)")
+    bs.add_argument("--scale", type=float, default=None,
+                    help="long prompts are 16k-32k tokens times this (default: 1 on a GPU, 1/16 on a CPU)")
+    bs.add_argument("--chunk-sizes", type=int, nargs="+", default=None)
+    bs.add_argument("--workers", type=int, nargs="+", default=[1, 2, 4])
+    bs.add_argument("--policies", nargs="+", default=None,
+                    help="subset of interleave mlx_lm admission_gate stall_free slo overlap")
+    bs.add_argument("--stall-chunk", type=int, default=2048)
+    bs.add_argument("--gate-chunk", type=int, default=512)
+    bs.add_argument("--seed", type=int, default=0)
+    bs.add_argument("--quiet", action="store_true", help="no line per run")
+    bs.add_argument("--platform", default=None, help="results folder name (default: detected)")
+    bs.add_argument("--name", default="scheduling", help="results file name")
+    bs.set_defaults(func=_bench_scheduling)
     return p
 
 

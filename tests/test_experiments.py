@@ -1,0 +1,123 @@
+"""The scheduling study (mlxlab.experiments) on the tiny model: structure, not speed.
+
+No wall-clock thresholds: the numbers depend on the machine. The tests check that every claim is
+there with finite numbers, that the ratios are computed from the runs' real token gaps, and that
+missing policies or a missing ``overlap`` mode are skipped with a note.
+"""
+
+import json
+import math
+import shutil
+from pathlib import Path
+
+import pytest
+
+from mlxlab import Engine, load_model
+from mlxlab import experiments as ex
+from mlxlab.runner import run_workload
+from mlxlab.workload import Workload
+
+CLAIM_KEYS = {"name", "goal", "measured", "passed", "status", "evidence"}
+
+
+@pytest.fixture(scope="module")
+def tiny():
+    return load_model("tiny", dtype="float32")
+
+
+@pytest.fixture(scope="module")
+def study(tiny):
+    return ex.scheduling_study(tiny, platform_scale=1 / 64, chunk_sizes=(128, 512), workers=(1, 2),
+                               repeats=1, warmup=False)
+
+
+def finite(x):
+    return isinstance(x, (int, float)) and math.isfinite(x)
+
+
+def test_run_metrics_from_real_gaps(tiny):
+    wl = Workload([ex._chat(16, 40), ex._batch(2, (200, 300), 2, 0.02)], vocab_size=tiny.vocab_size, seed=1)
+    res = run_workload(Engine(tiny, chunk_size=128), wl)
+    m = ex.run_metrics(res, 128)
+    chat = [r for r in res.submitted if r.tenant == "chat"][0]
+    batch = [r for r in res.submitted if r.tenant == "batch"]
+    assert m["chat_gaps_s"] == chat.itl_s and m["chat_worst_gap_s"] == max(chat.itl_s)
+    assert set(m["contended_gaps_s"]) <= set(chat.itl_s) and m["contended_gaps_s"]
+    assert m["long_ttft_s"] == max(r.ttft_s for r in batch)
+    # one chunk time: a step that ran a single long-prompt chunk, read from the step records
+    one = [s for s in res.executor.steps if len({p[0] for p in s.prefill} & {r.id for r in batch}) == 1]
+    assert min(s.duration_s for s in one) <= m["chunk_time_s"] <= m["chunk_time_max_s"] == max(s.duration_s for s in one)
+    agg = ex.aggregate([m, m])
+    assert agg["repeats"] == 2 and agg["chat_worst_gap_s"] == m["chat_worst_gap_s"]
+    assert agg["pooled_gaps"] == 2 * len(m["contended_gaps_s"])
+
+
+def test_study_structure(study):
+    json.dumps(study)  # JSON-able (NaN allowed; save_results writes null)
+    names = {c["name"] for c in study["claims"]}
+    expected = {"stall_interleave", "stall_mlx_lm", "interleave_matches_mlx_lm", "admission_gate_bounded",
+                "slo_chat_itl", "slo_alone_ttft", "slo_not_dominated", "stall_free_chat_itl"}
+    assert expected <= names
+    if ex.engine_has_overlap():
+        assert {"overlap_ttft", "overlap_chat_itl"} <= names
+    for c in study["claims"]:
+        assert CLAIM_KEYS <= set(c), c
+        assert c["status"] in ("measured", "skipped")
+        if c["status"] == "measured":
+            assert isinstance(c["passed"], bool), c
+    refs = study["references"]
+    assert finite(refs["solo_itl_s"]) and refs["solo_itl_s"] > 0
+    assert finite(refs["alone_ttft_2048_s"]) and refs["alone_ttft_2048_s"] > 0
+    lo, hi = study["config"]["long_prompt_tokens"]
+    assert (lo, hi) == (256, 512)
+
+
+def test_stall_ratio_is_worst_gap_over_solo_itl(study):
+    claims = {c["name"]: c for c in study["claims"]}
+    rows = {r["config"]: r for r in study["table"]}
+    solo = study["references"]["solo_itl_s"]
+    c = claims["stall_interleave"]
+    row = rows["stall/interleave/w2"]
+    assert finite(c["measured"]) and c["measured"] == pytest.approx(row["chat_worst_gap_s"] / solo)
+    assert row["chat_worst_gap_s"] == row["chat_worst_gap_runs_s"][0]  # one repeat: the run's own max gap
+    assert c["measured"] > 1  # a long prompt beside the chat does stretch its worst gap
+    assert row["pooled_gaps"] > 0
+    gate = claims["admission_gate_bounded"]["evidence"]
+    for w in (1, 2):
+        assert finite(gate["worst_gap_s"][w]) and finite(gate["chunk_time_s"][w])
+    slo = claims["slo_chat_itl"]["evidence"]
+    for k in ("chat_itl_p50_s", "chat_itl_p99_s", "chat_itl_max_s", "long_ttft_s", "long_ttft_over_alone_2048"):
+        assert finite(slo[k]), k
+    assert slo["itl_target_s"] == pytest.approx(2 * solo)
+    text = ex.format_table(study)
+    assert "stall_interleave" in text and "gate/admission_gate/w2" in text
+
+
+def test_missing_policies_are_skipped(tiny, monkeypatch):
+    monkeypatch.delitem(ex.POLICIES, "slo")
+    monkeypatch.setattr(ex, "engine_has_overlap", lambda: False)
+    s = ex.scheduling_study(tiny, platform_scale=1 / 128, policies=("interleave", "slo", "overlap"),
+                            chunk_sizes=(256,), workers=(1,), repeats=1, warmup=False)
+    claims = {c["name"]: c for c in s["claims"]}
+    assert claims["slo_chat_itl"]["status"] == "skipped" and claims["slo_chat_itl"]["passed"] is None
+    assert claims["overlap_ttft"]["status"] == "skipped"
+    assert any("slo" in n for n in s["notes"]) and any("overlap" in n for n in s["notes"])
+    assert claims["stall_interleave"]["status"] == "measured"
+    with pytest.raises(ValueError):
+        ex.scheduling_study(tiny, policies=("nope",), repeats=1)
+
+
+def test_cli_writes_results(tiny, tmp_path, monkeypatch):
+    from mlxlab.cli import build_parser
+
+    root = Path(__file__).resolve().parent.parent / "data" / "models"
+    (tmp_path / "models").mkdir()
+    shutil.copy(root / "tiny.json", tmp_path / "models" / "tiny.json")
+    monkeypatch.setenv("MLXLAB_DATA", str(tmp_path))
+    args = build_parser().parse_args(["bench", "scheduling", "--model", "tiny", "--quick", "--repeats", "1",
+                                      "--scale", str(1 / 128), "--workers", "1", "--chunk-sizes", "256",
+                                      "--policies", "interleave", "mlx_lm", "--platform", "test", "--quiet"])
+    assert args.func(args) == 0
+    doc = json.loads((tmp_path / "results" / "test" / "scheduling.json").read_text())
+    assert {"environment", "config", "claims", "table", "references"} <= set(doc)
+    assert doc["config"]["quick"] is True and doc["model"]["preset"] == "tiny"
