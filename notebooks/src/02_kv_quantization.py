@@ -80,8 +80,9 @@ S.figure(speed_chart, "kv_decode_speed_vs_context")
 qpath = Path(quality_model)
 if qpath.exists():
     qmodel = load_model(str(qpath))
-    from mlxlab.train import heldout_tokens
-    text = heldout_tokens(quality_prefix + quality_positions + 1)
+    from mlxlab.train import build_corpus, heldout_prompts
+    held = build_corpus(verify=False)["heldout"]   # the split is checked by the tests; here only text is needed
+    text = heldout_prompts(1, length=quality_prefix + quality_positions + 1, data=held)[0]
     qual = pd.DataFrame([quality(qmodel, text, b, prefix_tokens=quality_prefix) for b in (8, 4)
                          if probe_kv_quant(b, 64, qmodel.head_dim)[0]])
 else:

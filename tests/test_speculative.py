@@ -1,0 +1,177 @@
+"""Tests for mlxlab.speculative: greedy speculative decoding is exactly the target's greedy
+output; the analytic model at known points; the study's bookkeeping."""
+
+import math
+
+import mlx.core as mx
+import pytest
+from mlx_lm.generate import generate_step
+
+from mlxlab.models import load_model
+from mlxlab.speculative import (
+    analytic_speedup, best_k, breakeven_cost_ratio, estimate_acceptance, expected_tokens_per_pass,
+    format_study, measure_cost_ratio, mlx_lm_speculative, speculation_study, speculative_generate,
+    teacher_forced_agreement,
+)
+from mlxlab.train import DRAFT_PRESET, TARGET_PRESET, build_corpus, heldout_prompts, weights_dir
+
+
+def greedy(model, prompt, n):
+    out = []
+    for (tok, _), _i in zip(generate_step(mx.array(prompt, mx.uint32), model.module, max_tokens=n), range(n)):
+        out.append(int(tok))
+    return out
+
+
+# ----------------------------------------------------------------------------- analytic model
+
+
+def test_expected_tokens_per_pass_known_points():
+    for k in (0, 1, 4, 8):
+        assert expected_tokens_per_pass(0.0, k) == 1.0
+        assert expected_tokens_per_pass(1.0, k) == k + 1
+        assert expected_tokens_per_pass(1 - 1e-12, k) == pytest.approx(k + 1, rel=1e-6)
+    assert expected_tokens_per_pass(0.5, 1) == pytest.approx(1.5)
+    assert expected_tokens_per_pass(0.5, 2) == pytest.approx(1.75)
+    # the sum 1 + a + ... + a^k
+    a, k = 0.73, 5
+    assert expected_tokens_per_pass(a, k) == pytest.approx(sum(a ** i for i in range(k + 1)))
+    with pytest.raises(ValueError):
+        expected_tokens_per_pass(1.5, 2)
+
+
+def test_analytic_speedup_formula():
+    a, k, c = 0.8, 4, 0.1
+    assert analytic_speedup(a, k, c) == pytest.approx((1 - a ** (k + 1)) / ((1 - a) * (k * c + 1)))
+    assert analytic_speedup(0.0, 3, 0.2) == pytest.approx(1 / 1.6)        # nothing accepted: pure loss
+    assert analytic_speedup(1.0, 3, 0.0) == pytest.approx(4.0)            # free, perfect draft: k + 1
+    assert analytic_speedup(0.9, 4, 0.05, v=2.0) == pytest.approx(expected_tokens_per_pass(0.9, 4) / 2.2)
+    # break-even c gives speedup exactly 1
+    c0 = breakeven_cost_ratio(0.7, 4)
+    assert analytic_speedup(0.7, 4, c0) == pytest.approx(1.0)
+    assert breakeven_cost_ratio(0.0, 3) == 0.0
+    k_best, s = best_k(0.8, 0.05)
+    assert k_best >= 3 and s > 2
+    assert best_k(0.1, 0.9) == (0, 1.0)
+
+
+def test_estimate_acceptance():
+    assert estimate_acceptance([(4, 4), (4, 4)]) == 1.0
+    assert estimate_acceptance([(4, 0), (4, 0)]) == 0.0
+    # 3 accepted then a rejection: 3 successes in 4 trials
+    assert estimate_acceptance([(4, 3)]) == pytest.approx(0.75)
+    assert math.isnan(estimate_acceptance([(0, 0)]))
+
+
+# ----------------------------------------------------------------------------- exactness
+
+
+@pytest.fixture(scope="module")
+def tiny():
+    return load_model("tiny", dtype="float32")
+
+
+@pytest.fixture(scope="module")
+def drafts(tiny):
+    return {"same": tiny,                                         # every draft accepted
+            "quantized": load_model("tiny", dtype="float32", bits=4),   # partly agrees
+            "other": load_model("tiny", dtype="float32", seed=1)}       # almost never agrees
+
+
+PROMPTS = [[7], [3, 1, 4, 1, 5], list(range(100, 160))]
+N = 33
+
+
+@pytest.fixture(scope="module")
+def refs(tiny):
+    return [greedy(tiny, p, N) for p in PROMPTS]
+
+
+@pytest.mark.parametrize("kind", ["same", "quantized", "other"])
+@pytest.mark.parametrize("k", [0, 1, 3, 6])
+def test_random_models_match_target_greedy(tiny, drafts, refs, kind, k):
+    n = N
+    for p, ref in zip(PROMPTS, refs):
+        r = speculative_generate(tiny, drafts[kind], p, n, k)
+        assert r["tokens"] == ref
+        assert r["target_passes"] == len(r["rounds"])
+        assert sum(nn + 1 for _, nn in r["rounds"]) == n
+        assert r["accepted"] <= r["proposed"]
+        assert all(kk <= k and 0 <= nn <= kk for kk, nn in r["rounds"])
+        if k == 0:
+            assert r["target_passes"] == n and r["proposed"] == 0
+        elif kind == "same":
+            assert r["acceptance_rate"] > 0.95
+            assert r["tokens_per_pass"] > 0.9 * min(k + 1, n)
+        elif kind == "other":
+            assert r["acceptance_rate"] < 0.5
+
+
+def test_mlx_lm_speculative_agrees(tiny, drafts):
+    p = PROMPTS[1]
+    ref = greedy(tiny, p, 20)
+    assert mlx_lm_speculative(tiny, drafts["quantized"], p, 20, 3)["tokens"] == ref
+
+
+def test_cost_ratio_and_study_smoke(tiny, drafts):
+    cost = measure_cost_ratio(tiny, drafts["other"], context=16, steps=4, ks=(2,), repeats=1)
+    assert cost["target_step_s"] > 0 and cost["draft_step_s"] > 0
+    assert 0.2 < cost["c"] < 5 and cost["v"][2] > 0
+    st = speculation_study(tiny, drafts["same"], PROMPTS[1:], ks=(1, 2), max_tokens=12, repeats=1, cost=cost)
+    assert [r["k"] for r in st["rows"]] == [1, 2]
+    for r in st["rows"]:
+        assert r["identical"] and r["identical_mlx_lm"]
+        assert r["speedup"] > 0 and r["tokens_per_pass"] >= 1
+        assert sum(r["accept_hist"]) <= r["target_passes"]
+    assert "k" in format_study(st)
+    assert st["outputs"] == [greedy(tiny, p, 12) for p in PROMPTS[1:]]
+    assert 0 <= st["baseline"]["whitespace_fraction"] <= 1
+
+
+def test_teacher_forced_agreement(tiny, drafts):
+    data = bytes(range(32, 127)) * 20
+    same = teacher_forced_agreement(tiny, tiny, data, seq_len=64, max_windows=4)
+    assert same["agreement"] == 1.0 and same["positions"] == 4 * 64
+    other = teacher_forced_agreement(tiny, drafts["other"], data, seq_len=64, max_windows=4)
+    assert other["agreement"] < 0.5
+
+
+# ----------------------------------------------------------------------------- trained pair
+
+
+@pytest.fixture(scope="module")
+def pair():
+    t, d = weights_dir() / TARGET_PRESET, weights_dir() / DRAFT_PRESET
+    if not (t / "model.safetensors").is_file() or not (d / "model.safetensors").is_file():
+        pytest.skip("trained weights not present")
+    return load_model(t, dtype="float32"), load_model(d, dtype="float32")
+
+
+@pytest.fixture(scope="module")
+def code_prompts():
+    # held-out files are chosen by path, so this works (approximately) on other Python versions too
+    return heldout_prompts(3, length=96, seed=1, data=build_corpus(verify=False)["heldout"])
+
+
+@pytest.mark.parametrize("k", [2, 4])
+def test_trained_pair_matches_target_greedy_and_accepts(pair, code_prompts, k):
+    target, draft = pair
+    proposed = accepted = 0
+    for p in code_prompts:
+        ref = greedy(target, p, 64)
+        r = speculative_generate(target, draft, p, 64, k)
+        assert r["tokens"] == ref
+        proposed += r["proposed"]
+        accepted += r["accepted"]
+    # a trained draft agrees with the trained target far more often than chance (1/256)
+    assert accepted / proposed > 0.3
+
+
+def test_trained_pair_teacher_forced_agreement(pair):
+    target, draft = pair
+    held = build_corpus(verify=False)["heldout"]
+    tf = teacher_forced_agreement(target, draft, held, max_windows=16)
+    # measured 0.61 on 128 windows (0.91 where the next byte is whitespace, 0.45 elsewhere)
+    assert 0.45 < tf["agreement"] < 0.8
+    assert tf["agreement_whitespace"] > tf["agreement_other"]
+    assert tf["target_top1"] > tf["draft_top1"]
