@@ -21,7 +21,7 @@ test: setup
 	$(RUN)$(BIN)/python -m pytest -q $(PYTEST_ARGS)
 
 reproduce: setup
-	$(RUN)$(BIN)/mlxlab bench engine --models tiny --repeats 3 --platform $${MLXLAB_PLATFORM:-cpu-quick}
+	$(RUN)$(BIN)/mlxlab reproduce --quick
 
 bench: setup
 	$(RUN)$(BIN)/mlxlab bench engine --models small --repeats 7

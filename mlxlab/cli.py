@@ -1,4 +1,4 @@
-"""The ``mlxlab`` command: ``mlxlab bench engine``, ``mlxlab bench scheduling`` (and the other tools as they land)."""
+"""The ``mlxlab`` command: benchmarks against mlx-lm, the notebooks, profiles, the simulator, training."""
 
 from __future__ import annotations
 
@@ -99,7 +99,60 @@ def build_parser() -> argparse.ArgumentParser:
     bs.add_argument("--platform", default=None, help="results folder name (default: detected)")
     bs.add_argument("--name", default="scheduling", help="results file name")
     bs.set_defaults(func=_bench_scheduling)
+
+    from .speculative import add_speculate_arguments, cli_speculate
+    sp = bsub.add_parser("speculation", help="speculative decoding with the trained byte-level pair")
+    add_speculate_arguments(sp)
+    sp.set_defaults(func=cli_speculate)
+
+    rp = sub.add_parser("reproduce", help="run the notebooks headless through papermill")
+    rp.add_argument("--quick", action="store_true", help="quick mode: small sizes, a minute or two each")
+    rp.add_argument("--only", nargs="+", default=None, help="notebook numbers or name parts, e.g. 5 or admission")
+    rp.add_argument("--platform", default=None, help="results folder name (default: detected)")
+    rp.set_defaults(func=_reproduce)
+
+    pp = sub.add_parser("paper", help="regenerate paper/results.md from data/results")
+    pp.set_defaults(func=_paper)
+
+    from .profile import add_profile_arguments, cli_profile
+    pr = sub.add_parser("profile", help="measure a step-time grid and fit the cost model")
+    add_profile_arguments(pr)
+    pr.set_defaults(func=cli_profile)
+
+    from .simstudy import add_validate_arguments, cli_validate
+    va = sub.add_parser("validate-sim", help="simulator against engine on the same workloads")
+    add_validate_arguments(va)
+    va.set_defaults(func=cli_validate)
+
+    from .simstudy import cli_seed_scale
+    ss = sub.add_parser("seed-scale", help="the seed-001 study at its own scale on the simulator")
+    ss.set_defaults(func=cli_seed_scale)
+
+    from .train import add_train_arguments, cli_train
+    tt = sub.add_parser("train-tiny", help="train the byte-level target/draft pair on the stdlib corpus")
+    add_train_arguments(tt)
+    tt.set_defaults(func=cli_train)
     return p
+
+
+def _reproduce(args) -> int:
+    from .reproduce import ReproduceError, reproduce
+
+    try:
+        done = reproduce(quick=args.quick, only=args.only, platform=args.platform)
+    except ReproduceError as exc:
+        print(f"mlxlab reproduce: {exc}", file=sys.stderr)
+        return 1
+    for d in done:
+        print(f"{d['notebook']:40s} {d['seconds']:7.1f} s  -> {d['output']}")
+    return 0
+
+
+def _paper(args) -> int:
+    from .paper import write_results
+
+    print(f"wrote {write_results()}")
+    return 0
 
 
 def main(argv=None) -> int:
