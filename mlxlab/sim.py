@@ -1,0 +1,364 @@
+"""A discrete-event simulator of the engine: the same policies and queues on a virtual clock.
+
+:class:`Simulator` has the interface of :class:`mlxlab.engine.Engine` (``submit``, ``step``,
+``now``, ``has_work``, ``requests``, ``steps``, ``flush``, ``run``) plus ``advance_to(t)``, so
+:func:`mlxlab.runner.run_workload` drives either one and returns the same per-request and timeline
+tables. Where the engine runs a plan on a model, the simulator charges it to a cost model
+(:class:`mlxlab.costmodel.StepCostModel`, or anything with the same ``predict``) and moves its
+clock on; no model, no MLX computation.
+
+What is mirrored from the engine (non-overlap mode), rule by rule:
+
+* queues: the prefill queue in arrival order; a prompt's last token is not prefilled (it is the
+  first decode input), so a one-token prompt is ready to decode at once; a finished prefill joins
+  the decode batch at the next step that decodes (sequences waiting to join count as decoding
+  for the policy);
+* a decode step advances every decoding sequence by one token; a sequence leaves the batch once
+  ``max_tokens`` forwards were issued; ``decode_context_tokens`` is the sum over the batch of
+  (prefill tokens + forwards issued, this one included);
+* the plan comes from ``policy.schedule(state)`` and is checked with
+  :func:`mlxlab.scheduler.check_plan`; an empty plan does nothing;
+* times: a step starts at the clock; its decode part costs ``predict(batch, kv)`` and its
+  chunks cost the rest of ``predict(batch, kv, chunks)``, each chunk in plan order (a
+  prompt's ``prefill_start_s`` is when its first chunk starts); ``kv`` is the KV the decode
+  reads: batch x longest context for a batch of two or more (the engine's ``BatchKVCache`` is
+  left-padded to its longest row), a lone sequence's own context. A mixed step's tokens are stamped
+  when its decode part ends (the engine reads them before running the chunks); a decode-only
+  step's tokens when the step ends;
+* deferred reads: the engine pipelines decode-only steps and reads their tokens during the next
+  step, so a request finished by a decode-only step is marked done (and its tokens appended,
+  which the policy sees as ``generated``) one step later, with the token time of the step that
+  produced them. The simulator does the same, and calls ``policy.observe`` at the same moments.
+* output tokens are a placeholder id (``output_token``, default 0); stop tokens work as in the
+  engine (a stop id equal to ``output_token`` ends a request at its first token).
+
+Not simulated: the engine's overlap mode (two streams), per-request warm-up or compile costs,
+and anything the cost model does not see.
+
+``noise``: the standard deviation of a lognormal multiplicative factor (mean 1:
+``exp(noise * z - noise**2 / 2)``) drawn per step from ``numpy.random.default_rng(seed)``, for
+sensitivity studies. With ``noise=0`` a run is deterministic.
+"""
+
+from __future__ import annotations
+
+import math
+from pathlib import Path
+from typing import Dict, List, Optional, Sequence
+
+import numpy as np
+
+from .engine import DECODING, DONE, PREFILLING, Engine, Request, StepRecord
+from .scheduler import Policy, SchedulerState, SeqView, StepPlan, check_plan, make_policy
+
+DEFAULT_VOCAB_SIZE = 2**31 - 1  # accept any non-negative 32-bit id unless told the model's
+DEFAULT_MAX_CONTEXT = 131072
+
+
+class _SimSeq:
+    """Simulator-side state of a request (the engine's ``_Seq`` without a cache)."""
+
+    __slots__ = ("req", "started", "prefilled", "issued", "stopped")
+
+    def __init__(self, req: Request):
+        self.req = req
+        self.started = False  # its first chunk ran (the engine's "cache is not None")
+        self.prefilled = 0
+        self.issued = 0
+        self.stopped = False
+
+    @property
+    def prefill_tokens(self) -> int:
+        return len(self.req.prompt) - 1
+
+    def view(self) -> SeqView:
+        r = self.req
+        return SeqView(r.id, r.tenant, r.arrival_s, self.prefill_tokens, self.prefilled,
+                       len(r.output_tokens), r.max_tokens)
+
+
+def _as_cost_model(cost_model):
+    if isinstance(cost_model, (str, Path)):
+        from .profile import load_profile
+
+        return load_profile(cost_model)
+    if isinstance(cost_model, dict):
+        from .profile import cost_model_from_dict
+
+        return cost_model_from_dict(cost_model)
+    if not hasattr(cost_model, "predict"):
+        raise ValueError(f"cost_model must have predict(decode_batch, decode_context_tokens, chunks) "
+                         f"or be a profile path/name, got {cost_model!r}")
+    return cost_model
+
+
+class Simulator:
+    """The engine's scheduler loop on a virtual clock (see the module docstring).
+
+    Args:
+        cost_model: a :class:`mlxlab.costmodel.StepCostModel` (or any object with
+            ``predict(decode_batch, decode_context_tokens, chunks) -> seconds``), a profile dict,
+            or a profile path/name for :func:`mlxlab.profile.load_profile`.
+        policy, chunk_size, policy_options: as for :class:`mlxlab.engine.Engine` (``cost_model`` is
+            positional only, so ``slo``'s own ``cost_model=`` option passes through).
+        vocab_size, max_context: the limits :meth:`submit` checks (take them from the model being
+            simulated: :meth:`for_model`).
+        stop_tokens: token ids that end any request.
+        noise: lognormal step-time noise (sigma); 0 for none.
+        seed: seed of the noise generator.
+        output_token: the id every generated token gets.
+        padded_kv: charge a decode of two or more sequences for ``batch x longest context`` KV
+            tokens, as the engine's left-padded ``BatchKVCache`` reads (a lone sequence: its own
+            context); False charges the sum of the contexts. The step record's
+            ``decode_context_tokens`` is the sum either way, as in the engine.
+    """
+
+    def __init__(self, cost_model, /, *, policy: "str | Policy" = "interleave", chunk_size: int = 2048,
+                 vocab_size: int = DEFAULT_VOCAB_SIZE, max_context: int = DEFAULT_MAX_CONTEXT,
+                 stop_tokens: Sequence[int] = (), noise: float = 0.0, seed: int = 0,
+                 output_token: int = 0, padded_kv: bool = True, **policy_options):
+        if not isinstance(chunk_size, int) or chunk_size <= 0:
+            raise ValueError(f"chunk_size must be a positive integer, got {chunk_size!r}")
+        if not (isinstance(noise, (int, float)) and noise >= 0 and math.isfinite(noise)):
+            raise ValueError(f"noise must be a finite number >= 0, got {noise!r}")
+        if not isinstance(vocab_size, int) or vocab_size < 1:
+            raise ValueError(f"vocab_size must be a positive integer, got {vocab_size!r}")
+        if not isinstance(max_context, int) or max_context < 2:
+            raise ValueError(f"max_context must be an integer >= 2, got {max_context!r}")
+        if not 0 <= int(output_token) < vocab_size:
+            raise ValueError(f"output_token {output_token} is outside the vocabulary [0, {vocab_size})")
+        self.cost_model = _as_cost_model(cost_model)
+        self.policy = make_policy(policy, **policy_options)
+        self.chunk_size = chunk_size
+        self.vocab_size = vocab_size
+        self.max_context = max_context
+        self.stop_tokens = frozenset(int(t) for t in stop_tokens)
+        self.noise = float(noise)
+        self.seed = seed
+        self.output_token = int(output_token)
+        self.padded_kv = bool(padded_kv)
+        self._rng = np.random.default_rng(seed)
+        self._now = 0.0
+        self.requests: List[Request] = []
+        self.steps: List[StepRecord] = []
+        self._queue: List[_SimSeq] = []
+        self._ready: List[_SimSeq] = []
+        self._decoding: List[_SimSeq] = []
+        self._pending = None  # (rows, token time, record) of a decode-only step not yet read
+        self._seqs: Dict[int, _SimSeq] = {}
+
+    @classmethod
+    def for_model(cls, model, cost_model, /, **kwargs) -> "Simulator":
+        """A simulator with the vocabulary and context limits of ``model``: a
+        :class:`mlxlab.models.LoadedModel`, a preset name, or a config dict."""
+        if isinstance(model, str):
+            from .models import preset_config
+
+            model = preset_config(model)
+        if isinstance(model, dict):
+            vocab = int(model["vocab_size"])
+            ctx = int(model.get("max_position_embeddings") or DEFAULT_MAX_CONTEXT)
+        else:
+            from .engine import _model_limits
+
+            vocab, ctx = _model_limits(model)
+        kwargs.setdefault("vocab_size", vocab)
+        kwargs.setdefault("max_context", ctx)
+        return cls(cost_model, **kwargs)
+
+    # ------------------------------------------------------------------ public API
+    def now(self) -> float:
+        """Seconds on the virtual clock (0 = simulator start)."""
+        return self._now
+
+    def advance_to(self, t: float) -> None:
+        """Let the virtual clock reach ``t`` (it never goes back)."""
+        if t > self._now:
+            self._now = float(t)
+
+    def submit(self, prompt_tokens, max_tokens: int = 256, *, tenant: str = "default",
+               arrival_s: Optional[float] = None, stop_tokens: Sequence[int] = ()) -> Request:
+        """Queue a request and return it (an :class:`mlxlab.engine.Request`). Raises
+        ``ValueError`` with the engine's messages for an empty prompt, an id outside the
+        vocabulary, ``max_tokens <= 0`` or a request longer than ``max_context``."""
+        prompt = Engine._validate(self, prompt_tokens, max_tokens)
+        req = Request(id=len(self.requests), prompt=prompt, max_tokens=int(max_tokens),
+                      tenant=str(tenant), arrival_s=self.now() if arrival_s is None else float(arrival_s),
+                      stop_tokens=self.stop_tokens | frozenset(int(t) for t in stop_tokens))
+        self.requests.append(req)
+        seq = _SimSeq(req)
+        self._seqs[req.id] = seq
+        if seq.prefill_tokens == 0:
+            self._ready.append(seq)
+        else:
+            self._queue.append(seq)
+        return req
+
+    @property
+    def has_work(self) -> bool:
+        return bool(self._queue or self._ready or self._active_decoding() or self._pending)
+
+    def state(self) -> SchedulerState:
+        """The scheduler's view of the queues now (as :meth:`mlxlab.engine.Engine.state`)."""
+        return SchedulerState(now_s=self.now(), chunk_size=self.chunk_size,
+                              prefill_queue=[s.view() for s in self._queue],
+                              decoding=[s.view() for s in self._ready + self._active_decoding()])
+
+    def step(self) -> Optional[StepRecord]:
+        """Plan and charge one step; returns its record, or None if there was nothing to do."""
+        state = self.state()
+        plan = self.policy.schedule(state) if (state.prefill_queue or state.decoding) else StepPlan()
+        check_plan(plan, state)
+        if plan.empty:
+            self._flush()
+            return None
+        t = self._now
+        rec = StepRecord(len(self.steps), t, 0.0, "", [], [])
+        self.steps.append(rec)
+        factor = self._noise_factor()
+        cm = self.cost_model
+        rows: List[_SimSeq] = []
+        decode_ctx = 0
+        deferred = False
+        if plan.decode:
+            active = set(map(id, self._active_decoding()))
+            self._decoding = [s for s in self._decoding if id(s) in active]
+            if self._ready:
+                self._join_ready(t)
+            rows = list(self._decoding)
+        if rows:
+            for s in rows:
+                s.issued += 1
+            rec.decode_seqs = [s.req.id for s in rows]
+            contexts = [s.prefill_tokens + s.issued for s in rows]
+            rec.decode_context_tokens = sum(contexts)  # the engine's record: the sum
+            # what the forward reads: a batch of two or more is one BatchKVCache, left-padded to
+            # its longest row, so every row costs the longest context (a lone row its own)
+            decode_ctx = len(rows) * max(contexts) if (self.padded_kv and len(rows) > 1) else sum(contexts)
+            decode_s = max(0.0, cm.predict(len(rows), decode_ctx, [])) * factor
+            t += decode_s
+            self._flush()  # the previous decode-only step's tokens are read during this one
+            self._pending = (rows, t, rec)
+            if plan.prefill:
+                self._flush()
+            else:
+                deferred = True
+        else:
+            self._flush()
+        if plan.prefill:
+            chunks = []
+            for seq_id, n in plan.prefill:
+                chunks.append((n, self._seqs[seq_id].prefilled))
+            total = cm.predict(len(rows), decode_ctx, chunks) - (cm.predict(len(rows), decode_ctx, []) if rows else 0.0)
+            each = [max(0.0, cm.predict(0, 0, [c])) for c in chunks]
+            scale = (max(0.0, total) / sum(each)) if sum(each) > 0 else 0.0
+            for (seq_id, n), cost in zip(plan.prefill, each):
+                seq = self._seqs[seq_id]
+                req = seq.req
+                if not seq.started:
+                    seq.started = True
+                    req.state = PREFILLING
+                    req.prefill_start_s = t
+                rec.prefill.append((req.id, n, seq.prefilled))
+                seq.prefilled += n
+                t += cost * scale * factor
+                if seq.prefilled == seq.prefill_tokens:
+                    self._queue.remove(seq)
+                    self._ready.append(seq)
+        if not rec.decode_seqs and not rec.prefill:  # as the engine: nothing ran
+            self.steps.pop()
+            return None
+        self._now = t
+        rec.phase = "mixed" if (rec.decode_seqs and rec.prefill) else ("decode" if rec.decode_seqs else "prefill")
+        if not deferred:
+            rec.end_s = t
+            self.policy.observe(rec.as_dict())
+        return rec
+
+    def run(self, progress: bool = False) -> List[Request]:
+        """Step until every submitted request is done; returns all requests."""
+        while self.has_work:
+            if self.step() is None and not self.has_work:
+                break
+        self._flush()
+        return self.requests
+
+    def flush(self) -> None:
+        """Read any decode tokens still pending (``run`` does this when it ends)."""
+        self._flush()
+
+    def close(self) -> None:
+        """Nothing to release (the engine's interface)."""
+
+    def __enter__(self) -> "Simulator":
+        return self
+
+    def __exit__(self, *exc) -> None:
+        self._flush()
+
+    def __repr__(self) -> str:
+        return (f"Simulator(policy={self.policy!r}, chunk_size={self.chunk_size}, "
+                f"cost_model={getattr(self.cost_model, 'source', type(self.cost_model).__name__)!r}, "
+                f"noise={self.noise})")
+
+    # ------------------------------------------------------------------ internals
+    def _noise_factor(self) -> float:
+        if not self.noise:
+            return 1.0
+        return float(math.exp(self.noise * self._rng.standard_normal() - self.noise ** 2 / 2))
+
+    def _active_decoding(self) -> List[_SimSeq]:
+        return [s for s in self._decoding
+                if not s.req.done and not s.stopped and s.issued < s.req.max_tokens]
+
+    def _join_ready(self, t: float) -> None:
+        ready, self._ready = self._ready, []
+        for s in ready:
+            s.req.state = DECODING
+            if s.req.prefill_start_s is None:
+                s.req.prefill_start_s = t
+        self._decoding.extend(ready)
+
+    def _flush(self) -> None:
+        if self._pending is None:
+            return
+        rows, t, rec = self._pending
+        self._pending = None
+        if rec.end_s == 0.0 and rec.phase:  # a deferred decode-only step ends when its tokens are read
+            rec.end_s = t
+            self.policy.observe(rec.as_dict())
+        for s in rows:
+            req = s.req
+            if req.done or s.stopped:
+                continue
+            tok = self.output_token
+            req.output_tokens.append(tok)
+            req.token_times_s.append(t)
+            if tok in req.stop_tokens:
+                s.stopped = True
+                self._finish(req, "stop", t)
+            elif len(req.output_tokens) >= req.max_tokens:
+                self._finish(req, "length", t)
+
+    @staticmethod
+    def _finish(req: Request, reason: str, t: float) -> None:
+        req.state = DONE
+        req.finish_reason = reason
+        req.finish_s = t
+
+
+def simulate(cost_model, workload, *, policy: "str | Policy" = "interleave", chunk_size: int = 2048,
+             model=None, noise: float = 0.0, seed: int = 0, **policy_options):
+    """Run ``workload`` on a fresh :class:`Simulator` with :func:`mlxlab.runner.run_workload`;
+    returns its :class:`mlxlab.runner.RunResult`. ``model`` (preset name, config dict or loaded
+    model) sets the vocabulary and context limits; else the workload's vocabulary is used."""
+    from .runner import run_workload
+
+    kw = dict(policy=policy, chunk_size=chunk_size, noise=noise, seed=seed, **policy_options)
+    if model is not None:
+        sim = Simulator.for_model(model, cost_model, **kw)
+    else:
+        vocab = max(int(getattr(workload, "vocab_size", 0) or 0), 2)
+        ctx = getattr(workload, "max_context", None) or DEFAULT_MAX_CONTEXT
+        sim = Simulator(cost_model, vocab_size=vocab, max_context=int(ctx), **kw)
+    return run_workload(sim, workload)
