@@ -90,6 +90,7 @@ class Request:
     finish_s: Optional[float] = None
     finish_reason: Optional[str] = None
     state: str = WAITING
+    cached_tokens: int = 0  # prompt tokens restored from the prefix cache instead of prefilled
 
     @property
     def done(self) -> bool:
@@ -160,7 +161,7 @@ class _Seq:
     """Engine-side state of a request: its own KV cache while prefilling, a row of the batch
     cache while decoding."""
 
-    __slots__ = ("req", "cache", "prefilled", "issued", "stopped")
+    __slots__ = ("req", "cache", "prefilled", "issued", "stopped", "remembered")
 
     def __init__(self, req: Request):
         self.req = req
@@ -168,6 +169,7 @@ class _Seq:
         self.prefilled = 0  # prompt tokens already in the KV cache
         self.issued = 0  # decode forwards issued (tokens read or still in flight)
         self.stopped = False  # a stop token was read; any in-flight token is discarded
+        self.remembered = False  # its KV went into the prefix cache
 
     @property
     def prefill_tokens(self) -> int:
@@ -234,6 +236,9 @@ class Engine:
             layer, waiting for each; "pipelined" layer by layer with one layer queued ahead (no
             idle gap between layers on a GPU, about two layers in flight); "chunk" all at once.
             See "mlx back-pressure" in the module docstring.
+        prefix_cache: a :class:`mlxlab.prefix_cache.PrefixCache`: each submitted prompt starts
+            from the KV of its longest cached prefix (only the rest is prefilled), and each
+            finished request's prompt + output go into the cache (a chat's next turn hits).
         policy_options: keyword options for a policy given by name.
 
     The engine is not thread-safe: call its methods from one thread.
@@ -242,7 +247,7 @@ class Engine:
     def __init__(self, model, *, policy: "str | Policy" = "interleave", chunk_size: int = 2048,
                  sampler: Optional[Callable[[mx.array], mx.array]] = None,
                  stop_tokens: Sequence[int] = (), clock: Callable[[], float] = time.perf_counter,
-                 overlap: bool = False, overlap_sync: str = "layer", **policy_options):
+                 overlap: bool = False, overlap_sync: str = "layer", prefix_cache=None, **policy_options):
         if not isinstance(chunk_size, int) or chunk_size <= 0:
             raise ValueError(f"chunk_size must be a positive integer, got {chunk_size!r}")
         if not isinstance(overlap, bool):
@@ -250,6 +255,7 @@ class Engine:
         if overlap_sync not in OVERLAP_SYNCS:
             raise ValueError(f"overlap_sync must be one of {OVERLAP_SYNCS}, got {overlap_sync!r}")
         self.model = model
+        self.prefix_cache = prefix_cache
         self.module = _module(model)
         self.vocab_size, self.max_context = _model_limits(model)
         self.policy = make_policy(policy, **policy_options)
@@ -299,7 +305,11 @@ class Engine:
         self.requests.append(req)
         seq = _Seq(req)
         self._seqs[req.id] = seq
-        if seq.prefill_tokens == 0:
+        if self.prefix_cache is not None:
+            n, caches = self.prefix_cache.lookup(prompt, self.module)
+            if n:
+                seq.cache, seq.prefilled, req.cached_tokens = caches, n, n
+        if seq.prefilled == seq.prefill_tokens:
             self._ready.append(seq)
         else:
             self._queue.append(seq)
@@ -324,9 +334,11 @@ class Engine:
         In overlap mode the returned record is the step's decode, else the prefill record of the
         chunks just handed to the worker (still running: ``end_s`` is 0 until it finishes). When
         neither can run but the worker is busy, the step waits for the worker and plans again."""
-        if self.overlap:
-            with mx.stream(self._main_stream()):
-                return self._step_overlap()
+        # Our own stream, as generate_step uses its own generation stream.
+        with mx.stream(self._main_stream()):
+            return self._step_overlap() if self.overlap else self._step()
+
+    def _step(self) -> Optional[StepRecord]:
         state = self.state()
         plan = self.policy.schedule(state) if (state.prefill_queue or state.decoding) else StepPlan()
         check_plan(plan, state)
@@ -437,6 +449,7 @@ class Engine:
         req = seq.req
         if seq.cache is None:
             seq.cache = make_prompt_cache(self.module)
+        if req.prefill_start_s is None:
             req.state = PREFILLING
             req.prefill_start_s = self.now()
         start = seq.prefilled
@@ -574,6 +587,9 @@ class Engine:
         active = set(map(id, self._active_decoding()))
         keep = [i for i, s in enumerate(self._decoding) if id(s) in active]
         if len(keep) < len(self._decoding):
+            for s in self._decoding:
+                if id(s) not in active:
+                    self._remember(s)
             self._drop_rows(keep)
         if self._ready:
             self._join_ready()
@@ -623,7 +639,19 @@ class Engine:
             elif len(req.output_tokens) >= req.max_tokens:
                 self._finish(req, "length", t)
 
+    def _remember(self, s: _Seq) -> None:
+        """Put a finished row's prompt + read output and its KV into the prefix cache. The row
+        holds the KV of every token fed so far (the last output token is never fed); the cache
+        stores as many positions as the row has, keyed by those tokens."""
+        if self.prefix_cache is None or s.remembered or s not in self._decoding:
+            return
+        s.remembered = True
+        i = self._decoding.index(s)
+        kv = self._batch_cache if _all_plain(self._batch_cache) else [c.extract(i) for c in self._batch_cache]
+        self.prefix_cache.insert(s.req.prompt + s.req.output_tokens, kv)
+
     def _finish(self, req: Request, reason: str, t: float) -> None:
+        self._remember(self._seqs[req.id])
         req.state = DONE
         req.finish_reason = reason
         req.finish_s = t

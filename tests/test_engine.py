@@ -205,3 +205,45 @@ def test_stop_token_ends_a_request_early(tiny):
     eng.run()
     assert r.finish_reason == "stop"
     assert r.output_tokens == ref[: ref.index(stop) + 1]
+
+
+def test_a_chat_turn_restores_its_prefix_and_outputs_stay_identical(tiny, tmp_path):
+    from mlxlab.prefix_cache import PrefixCache
+
+    rng = random.Random(11)
+    turn1 = [rng.randrange(1, tiny.vocab_size) for _ in range(60)]
+    pc = PrefixCache(max_tokens=10_000)
+    eng = Engine(tiny, chunk_size=16, prefix_cache=pc)
+    r1 = eng.submit(turn1, 10)
+    eng.run()
+    turn2 = turn1 + r1.output_tokens + [rng.randrange(1, tiny.vocab_size) for _ in range(12)]
+    r2 = eng.submit(turn2, 10)
+    assert r2.cached_tokens == len(turn1) + len(r1.output_tokens) - 1  # the last output token was never fed
+    eng.run()
+    prefill = sum(p[1] for s in eng.steps for p in s.prefill if p[0] == r2.id)
+    assert prefill == len(turn2) - 1 - r2.cached_tokens
+    assert pc.stats.hits == 1
+    cold = Engine(tiny, chunk_size=16)
+    r2_cold = cold.submit(turn2, 10)
+    cold.run()
+    assert r2.output_tokens == r2_cold.output_tokens
+    assert_matches(r2.output_tokens, reference(tiny, turn2, 10))
+
+
+def test_prefix_cache_entries_from_a_batch_row_are_exact(tiny):
+    from mlxlab.prefix_cache import PrefixCache
+
+    rng = random.Random(12)
+    prompts = [[rng.randrange(1, tiny.vocab_size) for _ in range(n)] for n in (30, 45, 12)]
+    pc = PrefixCache()
+    eng = Engine(tiny, chunk_size=32, prefix_cache=pc)
+    reqs = [eng.submit(p, 6) for p in prompts]  # decode together: entries come from BatchKVCache rows
+    eng.run()
+    follow = prompts[1] + reqs[1].output_tokens + [7, 8, 9]
+    hit = eng.submit(follow, 6)
+    eng.run()
+    assert hit.cached_tokens > len(prompts[1])
+    cold = Engine(tiny, chunk_size=32)
+    ref = cold.submit(follow, 6)
+    cold.run()
+    assert hit.output_tokens == ref.output_tokens
