@@ -13,6 +13,7 @@ Public API::
 from .engine import Engine, Request, StepRecord
 from .metrics import percentiles, request_table, summarize, timeline_table
 from .models import LoadedModel, available_presets, load_model
+from .runner import RunResult, run_workload
 from .scheduler import POLICIES, Policy, SchedulerState, SeqView, StepPlan, make_policy
 
 __version__ = "0.1.0"
@@ -21,4 +22,5 @@ __all__ = [
     "Engine", "Request", "StepRecord", "LoadedModel", "load_model", "available_presets",
     "summarize", "percentiles", "request_table", "timeline_table",
     "Policy", "POLICIES", "SchedulerState", "SeqView", "StepPlan", "make_policy",
+    "run_workload", "RunResult",
 ]
