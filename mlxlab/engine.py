@@ -64,6 +64,7 @@ from dataclasses import dataclass, field
 from typing import Any, Callable, Dict, List, Optional, Sequence
 
 import mlx.core as mx
+from mlx.utils import tree_flatten
 from mlx_lm.models.cache import BatchKVCache, KVCache, make_prompt_cache
 
 from .scheduler import Policy, SchedulerState, SeqView, StepPlan, check_plan, make_policy
@@ -194,6 +195,19 @@ def _model_limits(model) -> tuple:
     return int(vocab), int(ctx)
 
 
+def _kv_bytes_per_token(model) -> int:
+    """KV bytes one token takes across all layers, from a LoadedModel or the module's args."""
+    f = getattr(model, "kv_bytes_per_token", None)
+    if callable(f):
+        return int(f())
+    a = _module(model).args
+    heads = getattr(a, "num_key_value_heads", None) or a.num_attention_heads
+    head_dim = getattr(a, "head_dim", None) or a.hidden_size // a.num_attention_heads
+    dtype = next((p.dtype for _, p in tree_flatten(_module(model).parameters())
+                  if mx.issubdtype(p.dtype, mx.floating)), mx.float32)
+    return 2 * a.num_hidden_layers * heads * head_dim * dtype.size
+
+
 def _all_plain(caches) -> bool:
     return all(type(c) is KVCache for c in caches)
 
@@ -239,6 +253,14 @@ class Engine:
         prefix_cache: a :class:`mlxlab.prefix_cache.PrefixCache`: each submitted prompt starts
             from the KV of its longest cached prefix (only the rest is prefilled), and each
             finished request's prompt + output go into the cache (a chat's next turn hits).
+        warmup: "off", "token" (one short request after load, as the case study's "Hi") or
+            "shapes" (also a prompt at ``chunk_size`` and decode at batch sizes 1 and 8), run
+            before the engine's clock starts; the seconds spent are in ``warmup_s``.
+        kv_budget_bytes: admission by KV memory: a request whose prompt + ``max_tokens`` of KV
+            could never fit is refused at submit; one that does not fit beside the requests
+            already started waits (the policy does not see it) until enough finish.
+        cache_limit_bytes, memory_limit_bytes: mlx's allocator cache and memory limits
+            (``mx.set_cache_limit`` / ``mx.set_memory_limit``; they are process-wide).
         policy_options: keyword options for a policy given by name.
 
     The engine is not thread-safe: call its methods from one thread.
@@ -247,16 +269,29 @@ class Engine:
     def __init__(self, model, *, policy: "str | Policy" = "interleave", chunk_size: int = 2048,
                  sampler: Optional[Callable[[mx.array], mx.array]] = None,
                  stop_tokens: Sequence[int] = (), clock: Callable[[], float] = time.perf_counter,
-                 overlap: bool = False, overlap_sync: str = "layer", prefix_cache=None, **policy_options):
+                 overlap: bool = False, overlap_sync: str = "layer", prefix_cache=None,
+                 warmup: str = "off", kv_budget_bytes: Optional[int] = None,
+                 cache_limit_bytes: Optional[int] = None, memory_limit_bytes: Optional[int] = None,
+                 **policy_options):
         if not isinstance(chunk_size, int) or chunk_size <= 0:
             raise ValueError(f"chunk_size must be a positive integer, got {chunk_size!r}")
         if not isinstance(overlap, bool):
             raise ValueError(f"overlap must be True or False, got {overlap!r}")
         if overlap_sync not in OVERLAP_SYNCS:
             raise ValueError(f"overlap_sync must be one of {OVERLAP_SYNCS}, got {overlap_sync!r}")
+        for name, v in (("kv_budget_bytes", kv_budget_bytes), ("cache_limit_bytes", cache_limit_bytes),
+                        ("memory_limit_bytes", memory_limit_bytes)):
+            if v is not None and (not isinstance(v, int) or v < 0):
+                raise ValueError(f"{name} must be a non-negative integer number of bytes, got {v!r}")
+        if cache_limit_bytes is not None:
+            mx.set_cache_limit(cache_limit_bytes)
+        if memory_limit_bytes is not None:
+            mx.set_memory_limit(memory_limit_bytes)
         self.model = model
         self.prefix_cache = prefix_cache
+        self.kv_budget_bytes = kv_budget_bytes
         self.module = _module(model)
+        self.kv_bytes_per_token = _kv_bytes_per_token(model)
         self.vocab_size, self.max_context = _model_limits(model)
         self.policy = make_policy(policy, **policy_options)
         self.chunk_size = chunk_size
@@ -286,6 +321,12 @@ class Engine:
         self._held: set = set()  # ids of the sequences the worker holds
         self._stream = None  # the main thread's stream in overlap mode
         self._stream_thread = None
+        self.warmup_s: Dict[str, float] = {}
+        if warmup != "off":
+            from .single import warmup as _warmup  # runs throwaway engines; compiled kernels are process-wide
+
+            self.warmup_s = _warmup(model, warmup, chunk_sizes=(chunk_size,), batch_sizes=(1, 8))
+            self._t0 = clock()
 
     # ------------------------------------------------------------------ public API
     def now(self) -> float:
@@ -299,6 +340,13 @@ class Engine:
         Raises ``ValueError`` (and changes nothing) for an empty prompt, a token id outside the
         vocabulary, ``max_tokens <= 0`` or a request longer than the model's context."""
         prompt = self._validate(prompt_tokens, max_tokens)
+        if self.kv_budget_bytes is not None:
+            need = (len(prompt) + max_tokens) * self.kv_bytes_per_token
+            if need > self.kv_budget_bytes:
+                raise ValueError(f"this request needs {need / 2**20:.1f} MiB of KV cache ({len(prompt)} prompt + "
+                                 f"{max_tokens} output tokens) but the engine's KV budget is "
+                                 f"{self.kv_budget_bytes / 2**20:.1f} MiB: it could never run; shorten it, lower "
+                                 f"max_tokens or raise kv_budget_bytes")
         req = Request(id=len(self.requests), prompt=prompt, max_tokens=int(max_tokens),
                       tenant=str(tenant), arrival_s=self.now() if arrival_s is None else float(arrival_s),
                       stop_tokens=self.stop_tokens | frozenset(int(t) for t in stop_tokens))
@@ -324,7 +372,7 @@ class Engine:
         holds are left out of ``prefill_queue`` until it hands them back."""
         return SchedulerState(
             now_s=self.now(), chunk_size=self.chunk_size,
-            prefill_queue=[s.view() for s in self._queue if s.req.id not in self._held],
+            prefill_queue=[s.view() for s in self._admitted() if s.req.id not in self._held],
             decoding=[s.view() for s in self._ready + self._active_decoding()],
         )
 
@@ -426,6 +474,32 @@ class Engine:
         return prompt
 
     # ------------------------------------------------------------------ execution
+    def _kv_need(self, s: _Seq) -> int:
+        return (len(s.req.prompt) + s.req.max_tokens) * self.kv_bytes_per_token
+
+    def _admitted(self) -> List[_Seq]:
+        """The prefill queue less the waiting requests whose KV would not fit beside the ones
+        already started (first come, first admitted: later arrivals wait behind one that
+        does not fit, so a long prompt is not starved by short ones)."""
+        if self.kv_budget_bytes is None:
+            return self._queue
+        started = lambda s: s.cache is not None or s.prefilled > 0  # noqa: E731
+        committed = sum(self._kv_need(s) for s in self._seqs.values() if not s.req.done and started(s))
+        out = []
+        for s in self._queue:
+            if not started(s):
+                if committed + self._kv_need(s) > self.kv_budget_bytes:
+                    break
+                committed += self._kv_need(s)
+            out.append(s)
+        return out
+
+    def memory(self) -> Dict[str, int]:
+        """mlx's active, cache and peak memory in bytes (peak since process start or the last
+        ``mx.reset_peak_memory()``)."""
+        return {"active_bytes": mx.get_active_memory(), "cache_bytes": mx.get_cache_memory(),
+                "peak_bytes": mx.get_peak_memory()}
+
     def _active_decoding(self) -> List[_Seq]:
         """Decoding sequences that still need a forward pass."""
         return [s for s in self._decoding

@@ -247,3 +247,35 @@ def test_prefix_cache_entries_from_a_batch_row_are_exact(tiny):
     ref = cold.submit(follow, 6)
     cold.run()
     assert hit.output_tokens == ref.output_tokens
+
+
+def test_kv_budget_refuses_what_can_never_fit_and_queues_what_cannot_fit_yet(tiny):
+    per_token = tiny.kv_bytes_per_token()
+    eng = Engine(tiny, chunk_size=32, kv_budget_bytes=120 * per_token)
+    with pytest.raises(ValueError, match="could never run"):
+        eng.submit(list(range(1, 101)), 40)  # 140 tokens of KV > 120
+    a = eng.submit(list(range(1, 61)), 20)  # 80 tokens: fits
+    b = eng.submit(list(range(2, 62)), 20)  # fits alone, not beside a
+    assert [v.seq_id for v in eng.state().prefill_queue] == [a.id]
+    eng.run()
+    assert a.done and b.done
+    assert b.prefill_start_s >= a.finish_s  # b waited until a's KV was released
+    ref = Engine(tiny, chunk_size=32)
+    rb = ref.submit(list(range(2, 62)), 20)
+    ref.run()
+    assert b.output_tokens == rb.output_tokens
+    assert eng.memory()["peak_bytes"] > 0
+
+
+def test_warmup_runs_before_the_clock_starts(tiny):
+    eng = Engine(tiny, warmup="shapes", chunk_size=64)
+    assert set(eng.warmup_s) >= {"token", "chunk_64", "batch_8"}
+    assert eng.now() < 1.0 and not eng.requests and not eng.steps
+    with pytest.raises(ValueError, match="warm-up mode"):
+        Engine(tiny, warmup="always")
+
+
+@pytest.mark.parametrize("name", ["kv_budget_bytes", "cache_limit_bytes", "memory_limit_bytes"])
+def test_memory_settings_must_be_byte_counts(tiny, name):
+    with pytest.raises(ValueError, match=name):
+        Engine(tiny, **{name: -1})
