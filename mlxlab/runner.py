@@ -205,6 +205,10 @@ def run_workload(executor, workload, policy=None, *, chunk_size: Optional[int] =
         if bar is not None:
             bar.close()
 
+    if callable(getattr(ex, "flush", None)):
+        ex.flush()  # tokens still in flight belong to this run
+    if callable(getattr(ex, "close", None)):
+        ex.close()  # stops an overlap engine's prefill worker (a later step would start a new one)
     wall_s = time.perf_counter() - wall0
     table = metrics.request_table(submitted)
     if len(table):
