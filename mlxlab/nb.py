@@ -61,6 +61,9 @@ def setup(quick: bool = True, platform: Optional[str] = None, results_dir: Optio
     res.mkdir(parents=True, exist_ok=True)
     fig.mkdir(parents=True, exist_ok=True)
     env = device_summary()
+    from .widgets import offline
+
+    offline()  # charts render without internet in JupyterLab
     print(f"platform={plat} quick={quick} device={env['device']} ({env['device_name']}) blas={env['blas']} "
           f"mlx={env['mlx']} mlx-lm={env['mlx_lm']}\nresults -> {res}\nfigures -> {fig}")
     return Setup(plat, quick, res.resolve(), fig.resolve(), env)

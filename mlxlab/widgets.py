@@ -16,10 +16,13 @@ _offline = False
 
 
 def offline() -> None:
-    """Make JupyterChart load its JavaScript from vl-convert (no CDN). Idempotent."""
+    """Make every chart render with no internet: JupyterChart loads its JavaScript from
+    vl-convert, and plain charts display through JupyterChart too (the default renderer would
+    fetch vega from a CDN). Idempotent."""
     global _offline
     if not _offline:
         alt.JupyterChart.enable_offline()
+        alt.renderers.enable("jupyter", offline=True)
         _offline = True
 
 
