@@ -26,7 +26,7 @@ from typing import Callable, Dict, List, Optional, Sequence
 
 from mlx_lm.generate import BatchGenerator, StopSequences
 
-from .engine import DECODING, DONE, PREFILLING, Request, StepRecord
+from .engine import DECODING, DONE, PREFILLING, Request, StepRecord, validate_request
 
 
 @dataclass
@@ -194,20 +194,4 @@ class MlxLmExecutor:
 
     # ------------------------------------------------------------------ validation
     def _validate(self, prompt_tokens, max_tokens) -> List[int]:
-        # the same checks, in the same order and with the same wording, as Engine.submit
-        try:
-            prompt = [int(t) for t in (prompt_tokens.tolist() if hasattr(prompt_tokens, "tolist") else prompt_tokens)]
-        except (TypeError, ValueError):
-            raise ValueError("prompt_tokens must be a sequence of integer token ids") from None
-        if not prompt:
-            raise ValueError("empty prompt: a request needs at least one prompt token")
-        bad = [t for t in prompt if not 0 <= t < self.vocab_size]
-        if bad:
-            raise ValueError(f"token id {bad[0]} is outside the vocabulary [0, {self.vocab_size}); "
-                             f"{len(bad)} such id(s) in the prompt. Tokenize with this model's tokenizer.")
-        if not isinstance(max_tokens, int) or max_tokens <= 0:
-            raise ValueError(f"max_tokens must be a positive integer, got {max_tokens!r}")
-        if len(prompt) + max_tokens > self.max_context:
-            raise ValueError(f"prompt ({len(prompt)} tokens) plus max_tokens ({max_tokens}) exceeds the "
-                             f"model's context of {self.max_context} tokens; shorten the prompt or lower max_tokens")
-        return prompt
+        return validate_request(prompt_tokens, max_tokens, self.vocab_size, self.max_context)

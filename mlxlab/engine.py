@@ -61,7 +61,7 @@ import threading
 import time
 import weakref
 from dataclasses import dataclass, field
-from typing import Any, Callable, Dict, List, Optional, Sequence
+from typing import Callable, Dict, List, Optional, Sequence
 
 import mlx.core as mx
 from mlx.utils import tree_flatten
@@ -228,6 +228,28 @@ def _evaluating(update_and_fetch, last: Optional[list]):
         last.append(out)
         return out
     return wrapped
+
+
+def validate_request(prompt_tokens, max_tokens, vocab_size: int, max_context: int) -> List[int]:
+    """The prompt as a list of ints, or ``ValueError`` saying what is wrong and what to do: an
+    empty prompt, a token id outside the vocabulary, ``max_tokens <= 0``, or a request longer
+    than the model's context. Shared by every executor so they refuse the same input alike."""
+    try:
+        prompt = [int(t) for t in (prompt_tokens.tolist() if hasattr(prompt_tokens, "tolist") else prompt_tokens)]
+    except (TypeError, ValueError):
+        raise ValueError("prompt_tokens must be a sequence of integer token ids") from None
+    if not prompt:
+        raise ValueError("empty prompt: a request needs at least one prompt token")
+    bad = [t for t in prompt if not 0 <= t < vocab_size]
+    if bad:
+        raise ValueError(f"token id {bad[0]} is outside the vocabulary [0, {vocab_size}); "
+                         f"{len(bad)} such id(s) in the prompt. Tokenize with this model's tokenizer.")
+    if not isinstance(max_tokens, int) or max_tokens <= 0:
+        raise ValueError(f"max_tokens must be a positive integer, got {max_tokens!r}")
+    if len(prompt) + max_tokens > max_context:
+        raise ValueError(f"prompt ({len(prompt)} tokens) plus max_tokens ({max_tokens}) exceeds the "
+                         f"model's context of {max_context} tokens; shorten the prompt or lower max_tokens")
+    return prompt
 
 
 def greedy(logits: mx.array) -> mx.array:
@@ -456,22 +478,7 @@ class Engine:
 
     # ------------------------------------------------------------------ validation
     def _validate(self, prompt_tokens, max_tokens) -> List[int]:
-        try:
-            prompt = [int(t) for t in (prompt_tokens.tolist() if hasattr(prompt_tokens, "tolist") else prompt_tokens)]
-        except (TypeError, ValueError):
-            raise ValueError("prompt_tokens must be a sequence of integer token ids") from None
-        if not prompt:
-            raise ValueError("empty prompt: a request needs at least one prompt token")
-        bad = [t for t in prompt if not 0 <= t < self.vocab_size]
-        if bad:
-            raise ValueError(f"token id {bad[0]} is outside the vocabulary [0, {self.vocab_size}); "
-                             f"{len(bad)} such id(s) in the prompt. Tokenize with this model's tokenizer.")
-        if not isinstance(max_tokens, int) or max_tokens <= 0:
-            raise ValueError(f"max_tokens must be a positive integer, got {max_tokens!r}")
-        if len(prompt) + max_tokens > self.max_context:
-            raise ValueError(f"prompt ({len(prompt)} tokens) plus max_tokens ({max_tokens}) exceeds the "
-                             f"model's context of {self.max_context} tokens; shorten the prompt or lower max_tokens")
-        return prompt
+        return validate_request(prompt_tokens, max_tokens, self.vocab_size, self.max_context)
 
     # ------------------------------------------------------------------ execution
     def _kv_need(self, s: _Seq) -> int:

@@ -7,7 +7,7 @@ seconds. Percentiles use linear interpolation (numpy's default).
 
 from __future__ import annotations
 
-from typing import Dict, Iterable, List, Optional, Sequence
+from typing import Dict, Iterable, Sequence
 
 import numpy as np
 

@@ -6,7 +6,6 @@ cell (papermill's own error carries the cell index) and stops the run.
 
 from __future__ import annotations
 
-import re
 import time
 from pathlib import Path
 from typing import Dict, List, Optional, Sequence

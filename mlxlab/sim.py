@@ -48,7 +48,7 @@ from typing import Dict, List, Optional, Sequence
 
 import numpy as np
 
-from .engine import DECODING, DONE, PREFILLING, Engine, Request, StepRecord
+from .engine import DECODING, DONE, PREFILLING, Request, StepRecord, validate_request
 from .scheduler import Policy, SchedulerState, SeqView, StepPlan, check_plan, make_policy
 
 DEFAULT_VOCAB_SIZE = 2**31 - 1  # accept any non-negative 32-bit id unless told the model's
@@ -181,7 +181,7 @@ class Simulator:
         """Queue a request and return it (an :class:`mlxlab.engine.Request`). Raises
         ``ValueError`` with the engine's messages for an empty prompt, an id outside the
         vocabulary, ``max_tokens <= 0`` or a request longer than ``max_context``."""
-        prompt = Engine._validate(self, prompt_tokens, max_tokens)
+        prompt = validate_request(prompt_tokens, max_tokens, self.vocab_size, self.max_context)
         req = Request(id=len(self.requests), prompt=prompt, max_tokens=int(max_tokens),
                       tenant=str(tenant), arrival_s=self.now() if arrival_s is None else float(arrival_s),
                       stop_tokens=self.stop_tokens | frozenset(int(t) for t in stop_tokens))
