@@ -11,15 +11,11 @@ run() { echo "== $*"; timeout "${T:-300}" "$@" 2>&1 | tr '\r' '\n' | grep -v 'it
 if [ "$part" = scheduling ] || [ "$part" = all ]; then
   # issue 3: the stall, the gate, slo, stall_free and overlap beside BatchGenerator (coder-1.5b, 4-bit)
   T=420 run $H bench scheduling --model qwen2.5-coder-1.5b --bits 4 --repeats 2 --workers 1 2 4
-  T=120 run env PYTHONPATH=.mlxcuda/site:. python3 scripts/overlap_probe.py --model qwen2.5-coder-1.5b --bits 4 --long-tokens 32768 --chunks 256,512,1024,2048,4096 --repeats 2
+  T=120 run env PYTHONPATH=.mlxcuda/site:. python3 scripts/overlap_probe.py --model qwen2.5-coder-1.5b --bits 4 --long-tokens 32000 --chunks 256,512,1024,2048,4096 --repeats 2
 fi
 if [ "$part" = singlereq ] || [ "$part" = all ]; then
   # issue 2 (re-check single-stream decode) and issue 4 (warm-up, KV probe, prefix restore) on the seed presets
   T=240 run $H bench engine --models qwen2.5-0.5b llama-3.2-1b qwen2.5-coder-1.5b --bits 4 --prompt-tokens 4096 --decode-tokens 256 --repeats 3
-  for nbk in 04 02 06; do
-    T=200 run env PYTHONPATH=.mlxcuda/site:. MLXLAB_PLATFORM=h200 python3 -c "
-from mlxlab.reproduce import reproduce
-reproduce(quick=False, only=['$nbk'], parameters={'models': ['qwen2.5-0.5b','llama-3.2-1b','qwen2.5-coder-1.5b'], 'model_name': 'qwen2.5-coder-1.5b', 'bits': 4}, progress=False)"
-  done
+  T=300 run env PYTHONPATH=.mlxcuda/site:. MLXLAB_PLATFORM=h200 PYTHONUNBUFFERED=1 python3 scripts/h200_singlereq.py
 fi
 if [ -n "${OUT:-}" ]; then mkdir -p "$OUT/h200" && cp -r data/results/h200/. "$OUT/h200/" 2>/dev/null; fi

@@ -1,0 +1,38 @@
+"""The single-request measurements of issue 4 on a GPU, without papermill (the H200 image has
+none): cold/warm first-request TTFT per preset in fresh processes, the KV-quantization probe and
+speed sweep, and prefix restore vs prefill at 2k/8k/23k tokens. Writes
+data/results/<platform>/{warmup_memory,kv_quantization,prefix_cache}.json.
+Run through scripts/h200_batch.sh singlereq."""
+import argparse
+
+import pandas as pd
+
+from mlxlab.kvquant import probe_kv_quant, speed_sweep
+from mlxlab.models import load_model
+from mlxlab.prefix_cache import measure_restore
+from mlxlab.results import save_results
+from mlxlab.single import fresh_process_run
+
+p = argparse.ArgumentParser()
+p.add_argument("--presets", nargs="+", default=["qwen2.5-0.5b", "llama-3.2-1b", "qwen2.5-coder-1.5b"])
+p.add_argument("--bits", type=int, default=4)
+a = p.parse_args()
+
+runs = []
+for m in a.presets:
+    for mode in ("off", "token", "shapes"):
+        r = fresh_process_run(m, warmup_mode=mode, prompt_tokens=480, chunks=(512, 2048), batches=(4, 8), repeats=3, bits=a.bits)
+        runs.append(r)
+        ev = pd.DataFrame(r["events"])
+        print(m, mode, "first", round(ev.ttft_s.iloc[0], 3), "warm", round(ev[ev.event == "warm request"].ttft_s.median(), 3), flush=True)
+save_results("warmup_memory", {"presets": a.presets, "bits": a.bits, "runs": runs})
+
+model = load_model("qwen2.5-coder-1.5b", bits=a.bits)
+probes = {str(b): probe_kv_quant(b, 64, model.head_dim) for b in (8, 4)}
+print("kv probes:", probes, flush=True)
+sweep = speed_sweep(model, [512, 2048, 8192, 16384], (None, 8, 4), decode_tokens=64, repeats=3, progress=False)
+save_results("kv_quantization", {"model": "qwen2.5-coder-1.5b", "bits": a.bits, "probes": probes, "speed": sweep.to_dict("records")})
+
+restore = measure_restore(model, (2048, 8192, 23000), repeats=3)
+print(pd.DataFrame(restore), flush=True)
+save_results("prefix_cache", {"model": "qwen2.5-coder-1.5b", "bits": a.bits, "restore": restore})
