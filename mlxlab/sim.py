@@ -49,32 +49,22 @@ from typing import Dict, List, Optional, Sequence
 import numpy as np
 
 from .engine import DECODING, DONE, PREFILLING, Request, StepRecord, validate_request
-from .scheduler import Policy, SchedulerState, SeqView, StepPlan, check_plan, make_policy
+from .engine import _Seq as _EngineSeq
+from .scheduler import Policy, SchedulerState, StepPlan, check_plan, make_policy
 
 DEFAULT_VOCAB_SIZE = 2**31 - 1  # accept any non-negative 32-bit id unless told the model's
 DEFAULT_MAX_CONTEXT = 131072
 
 
-class _SimSeq:
-    """Simulator-side state of a request (the engine's ``_Seq`` without a cache)."""
+class _SimSeq(_EngineSeq):
+    """The engine's sequence state; the simulator keeps no KV cache, so ``started`` stands in
+    for the engine's "cache is not None"."""
 
-    __slots__ = ("req", "started", "prefilled", "issued", "stopped")
+    __slots__ = ("started",)
 
     def __init__(self, req: Request):
-        self.req = req
-        self.started = False  # its first chunk ran (the engine's "cache is not None")
-        self.prefilled = 0
-        self.issued = 0
-        self.stopped = False
-
-    @property
-    def prefill_tokens(self) -> int:
-        return len(self.req.prompt) - 1
-
-    def view(self) -> SeqView:
-        r = self.req
-        return SeqView(r.id, r.tenant, r.arrival_s, self.prefill_tokens, self.prefilled,
-                       len(r.output_tokens), r.max_tokens)
+        super().__init__(req)
+        self.started = False  # its first chunk ran
 
 
 def _as_cost_model(cost_model):

@@ -16,23 +16,13 @@ import mlx.core as mx
 import pytest
 from mlx_lm.generate import generate_step
 
-from mlxlab import Engine, load_model
+from mlxlab import Engine
 from mlxlab.scheduler import Interleave
 
 NEAR_TIE = 1e-4
 MAX_TOKENS = 16
 _stats = {"steps": 0, "near_ties": 0}
 _refs = {}
-
-
-@pytest.fixture(scope="module")
-def tiny():
-    return load_model("tiny", dtype="float32")
-
-
-@pytest.fixture(scope="module")
-def small():
-    return load_model("small", dtype="float32")
 
 
 def reference(model, prompt, max_tokens=MAX_TOKENS):
