@@ -34,6 +34,16 @@ def window_throughput(token_times: Sequence[Sequence[float]]) -> float:
     return n / (end - start)
 
 
+def common_prefix(a: Sequence[int], b: Sequence[int]) -> int:
+    """How many leading tokens two sequences share."""
+    n = 0
+    for x, y in zip(a, b):
+        if x != y:
+            break
+        n += 1
+    return n
+
+
 def _module(model):
     return getattr(model, "module", model)
 
@@ -106,6 +116,7 @@ def bench_engine(model, *, prompt_tokens: int = 512, decode_tokens: int = 128, b
 
     s = {k: [] for k in ("prefill_ours", "prefill_ref", "decode_ours", "decode_ref", "batch_ours", "batch_ref")}
     agree_single, agree_batch = True, True
+    prefix = {"single": [], "batched": []}  # tokens equal before the first difference, per repeat
     steps = range(repeats)
     if progress:
         from tqdm.auto import tqdm
@@ -128,6 +139,8 @@ def bench_engine(model, *, prompt_tokens: int = 512, decode_tokens: int = 128, b
                 s["batch_ours"].append(window_throughput(bours["times"]))
         agree_single &= ours["tokens"] == ref["tokens"]
         agree_batch &= bours["tokens"] == bref["tokens"]
+        prefix["single"].append(common_prefix(ours["tokens"], ref["tokens"]))
+        prefix["batched"].append(min(common_prefix(a, b) for a, b in zip(bours["tokens"], bref["tokens"])))
     return {
         "config": {"prompt_tokens": prompt_tokens, "decode_tokens": decode_tokens, "batch": batch,
                    "batch_prompt_tokens": batch_prompt_tokens, "chunk_size": chunk_size,
@@ -136,5 +149,7 @@ def bench_engine(model, *, prompt_tokens: int = 512, decode_tokens: int = 128, b
         "single_decode_tok_s": _ratio(s["decode_ours"], s["decode_ref"]),
         "batched_decode_tok_s": _ratio(s["batch_ours"], s["batch_ref"]),
         "greedy_tokens_agree": {"single": agree_single, "batched": agree_batch},
+        # in bfloat16 a near-tie can flip one token and everything after it differs: how far they agree
+        "greedy_common_prefix_min": {k: min(v) for k, v in prefix.items()},
         "samples": s,
     }

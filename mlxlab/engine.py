@@ -65,6 +65,7 @@ from typing import Callable, Dict, List, Optional, Sequence
 
 import mlx.core as mx
 from mlx.utils import tree_flatten
+from mlx_lm.generate import maybe_quantize_kv_cache
 from mlx_lm.models.cache import BatchKVCache, KVCache, make_prompt_cache
 
 from .scheduler import Policy, SchedulerState, SeqView, StepPlan, check_plan, make_policy
@@ -162,10 +163,12 @@ class _Seq:
     """Engine-side state of a request: its own KV cache while prefilling, a row of the batch
     cache while decoding."""
 
-    __slots__ = ("req", "cache", "prefilled", "issued", "stopped", "remembered")
+    __slots__ = ("req", "cache", "prefilled", "issued", "stopped", "remembered", "kv", "solo_input")
 
-    def __init__(self, req: Request):
+    def __init__(self, req: Request, kv: Optional[tuple] = None):
         self.req = req
+        self.kv = kv  # (bits, group_size, quantized_kv_start) for a quantized KV cache, else None
+        self.solo_input = None  # next decode input of a quantized-KV sequence (decodes alone)
         self.cache = None
         self.prefilled = 0  # prompt tokens already in the KV cache
         self.issued = 0  # decode forwards issued (tokens read or still in flight)
@@ -206,6 +209,25 @@ def _kv_bytes_per_token(model) -> int:
     dtype = next((p.dtype for _, p in tree_flatten(_module(model).parameters())
                   if mx.issubdtype(p.dtype, mx.floating)), mx.float32)
     return 2 * a.num_hidden_layers * heads * head_dim * dtype.size
+
+
+_STREAMS = threading.local()
+
+
+def _thread_stream():
+    """The calling thread's engine stream on the default device, made on first use and then
+    kept for the life of the thread (mlx streams belong to the thread that made them). Every
+    engine on a thread shares it, as every ``generate_step`` call shares mlx-lm's
+    ``generation_stream``: a fresh stream per engine made each engine's first forward pay the
+    backend's per-stream set-up again (suspected cause of the H200 single-request prefill falling to 0.7x mlx-lm after engines got their own streams)."""
+    dev = mx.default_device()
+    streams = getattr(_STREAMS, "by_device", None)
+    if streams is None:
+        streams = _STREAMS.by_device = {}
+    key = str(dev)
+    if key not in streams:
+        streams[key] = mx.new_stream(dev)
+    return streams[key]
 
 
 def _all_plain(caches) -> bool:
@@ -250,6 +272,14 @@ def validate_request(prompt_tokens, max_tokens, vocab_size: int, max_context: in
         raise ValueError(f"prompt ({len(prompt)} tokens) plus max_tokens ({max_tokens}) exceeds the "
                          f"model's context of {max_context} tokens; shorten the prompt or lower max_tokens")
     return prompt
+
+
+def _maybe_quantize(seq: "_Seq") -> None:
+    """Turn a quantized-KV sequence's plain caches into mlx-lm ``QuantizedKVCache`` once they hold
+    ``quantized_kv_start`` tokens (mlx-lm's own ``maybe_quantize_kv_cache``, same rule)."""
+    if seq.kv is not None:
+        bits, group, start = seq.kv
+        maybe_quantize_kv_cache(seq.cache, quantized_kv_start=start, kv_group_size=group, kv_bits=bits)
 
 
 def greedy(logits: mx.array) -> mx.array:
@@ -326,6 +356,7 @@ class Engine:
         self._queue: List[_Seq] = []  # waiting or prefilling, arrival order
         self._ready: List[_Seq] = []  # prefill done, joining the decode batch at the next decode
         self._decoding: List[_Seq] = []  # rows of the batch cache, in order
+        self._solo: List[_Seq] = []  # decoding with a quantized KV cache, each in its own forward
         self._batch_cache: Optional[list] = None
         self._inputs: Optional[mx.array] = None  # next decode input per row (may be in flight)
         self._pending = None  # (tokens, seqs, step record) of a decode whose tokens are unread
@@ -341,8 +372,6 @@ class Engine:
         self._worker: Optional[threading.Thread] = None
         self._busy = False  # a job is out and its result not yet collected
         self._held: set = set()  # ids of the sequences the worker holds
-        self._stream = None  # the main thread's stream in overlap mode
-        self._stream_thread = None
         self.warmup_s: Dict[str, float] = {}
         if warmup != "off":
             from .single import warmup as _warmup  # runs throwaway engines; compiled kernels are process-wide
@@ -356,14 +385,31 @@ class Engine:
         return self._clock() - self._t0
 
     def submit(self, prompt_tokens, max_tokens: int = 256, *, tenant: str = "default",
-               arrival_s: Optional[float] = None, stop_tokens: Sequence[int] = ()) -> Request:
+               arrival_s: Optional[float] = None, stop_tokens: Sequence[int] = (),
+               kv_bits: Optional[int] = None, kv_group_size: int = 64, quantized_kv_start: int = 0) -> Request:
         """Queue a request and return it; its fields fill in as the engine runs.
 
+        ``kv_bits`` (None, 8 or 4) keeps this request's KV cache quantized with mlx-lm's
+        ``QuantizedKVCache`` once it holds ``quantized_kv_start`` tokens, converted at the same
+        points as ``generate_step(kv_bits=...)`` does (after each prefill chunk and each decode
+        forward). mlx-lm has no batched quantized cache, so such a request decodes in a forward
+        of its own beside the batch (one extra forward per quantized request per step).
+
         Raises ``ValueError`` (and changes nothing) for an empty prompt, a token id outside the
-        vocabulary, ``max_tokens <= 0`` or a request longer than the model's context."""
+        vocabulary, ``max_tokens <= 0``, a request longer than the model's context, or a KV
+        quantization this backend cannot run (found by a probe at the model's shape, cached)."""
         prompt = self._validate(prompt_tokens, max_tokens)
+        kv = None
+        if kv_bits is not None:
+            from .kvquant import check_kv_bits, kv_shape
+
+            if not isinstance(quantized_kv_start, int) or quantized_kv_start < 0:
+                raise ValueError(f"quantized_kv_start must be a non-negative integer, got {quantized_kv_start!r}")
+            shape = kv_shape(self.model)
+            check_kv_bits(kv_bits, kv_group_size, shape.pop("head_dim"), **shape)
+            kv = (int(kv_bits), int(kv_group_size), int(quantized_kv_start))
         if self.kv_budget_bytes is not None:
-            need = (len(prompt) + max_tokens) * self.kv_bytes_per_token
+            need = (len(prompt) + max_tokens) * self._bytes_per_token(kv)
             if need > self.kv_budget_bytes:
                 raise ValueError(f"this request needs {need / 2**20:.1f} MiB of KV cache ({len(prompt)} prompt + "
                                  f"{max_tokens} output tokens) but the engine's KV budget is "
@@ -373,7 +419,7 @@ class Engine:
                       tenant=str(tenant), arrival_s=self.now() if arrival_s is None else float(arrival_s),
                       stop_tokens=self.stop_tokens | frozenset(int(t) for t in stop_tokens))
         self.requests.append(req)
-        seq = _Seq(req)
+        seq = _Seq(req, kv)
         self._seqs[req.id] = seq
         if self.prefix_cache is not None:
             n, caches = self.prefix_cache.lookup(prompt, self.module)
@@ -481,8 +527,16 @@ class Engine:
         return validate_request(prompt_tokens, max_tokens, self.vocab_size, self.max_context)
 
     # ------------------------------------------------------------------ execution
+    def _bytes_per_token(self, kv: Optional[tuple]) -> int:
+        """KV bytes per token of a request: quantized if ``kv`` says so and the model can tell
+        (a LoadedModel), else the full-precision figure (an upper bound)."""
+        f = getattr(self.model, "kv_bytes_per_token", None)
+        if kv is not None and callable(f):
+            return int(f(kv[0], kv[1]))
+        return self.kv_bytes_per_token
+
     def _kv_need(self, s: _Seq) -> int:
-        return (len(s.req.prompt) + s.req.max_tokens) * self.kv_bytes_per_token
+        return (len(s.req.prompt) + s.req.max_tokens) * self._bytes_per_token(s.kv)
 
     def _admitted(self) -> List[_Seq]:
         """The prefill queue less the waiting requests whose KV would not fit beside the ones
@@ -508,8 +562,8 @@ class Engine:
                 "peak_bytes": mx.get_peak_memory()}
 
     def _active_decoding(self) -> List[_Seq]:
-        """Decoding sequences that still need a forward pass."""
-        return [s for s in self._decoding
+        """Decoding sequences that still need a forward pass (batch rows, then quantized-KV ones)."""
+        return [s for s in self._decoding + self._solo
                 if not s.req.done and not s.stopped and s.issued < s.req.max_tokens]
 
     def _new_record(self, phase: str, thread: str = "main") -> StepRecord:
@@ -543,6 +597,7 @@ class Engine:
                 pass
         try:
             self.module(mx.array(req.prompt[start:start + n])[None], cache=seq.cache)
+            _maybe_quantize(seq)
             mx.eval([c.state for c in seq.cache])
         finally:
             for c in patched:
@@ -553,11 +608,7 @@ class Engine:
 
     # ------------------------------------------------------------------ overlap mode
     def _main_stream(self):
-        """The calling thread's decode stream (made on first use: mlx streams are per thread)."""
-        if self._stream is None or self._stream_thread != threading.get_ident():
-            self._stream = mx.new_stream(mx.default_device())
-            self._stream_thread = threading.get_ident()
-        return self._stream
+        return _thread_stream()
 
     def _step_overlap(self) -> Optional[StepRecord]:
         while True:
@@ -626,13 +677,22 @@ class Engine:
     def _join_ready(self) -> None:
         """Move sequences whose prefill is done into the batch cache and the decode inputs."""
         ready, self._ready = self._ready, []
-        caches = [s.cache if s.cache is not None else make_prompt_cache(self.module) for s in ready]
+        for s in ready:
+            if s.cache is None:
+                s.cache = make_prompt_cache(self.module)
+            if s.req.prefill_start_s is None:
+                s.req.prefill_start_s = self.now()
+            s.req.state = DECODING
+        for s in [s for s in ready if s.kv is not None]:  # quantized KV: decodes in its own forward
+            s.solo_input = mx.array([s.req.prompt[-1]], dtype=mx.uint32)
+            self._solo.append(s)
+        ready = [s for s in ready if s.kv is None]
+        if not ready:
+            return
+        caches = [s.cache for s in ready]
         inputs = mx.array([s.req.prompt[-1] for s in ready], dtype=mx.uint32)
         for s in ready:
             s.cache = None
-            s.req.state = DECODING
-            if s.req.prefill_start_s is None:
-                s.req.prefill_start_s = self.now()
         if self._batch_cache is None and len(caches) == 1 and _all_plain(caches[0]):
             # A lone stream decodes on its own KVCache, exactly as generate_step does: no copy,
             # no mask array, no per-layer offset arrays (worth ~20% of decode speed on a GPU).
@@ -672,22 +732,33 @@ class Engine:
                 if id(s) not in active:
                     self._remember(s)
             self._drop_rows(keep)
+        self._solo = [s for s in self._solo if id(s) in active]
         if self._ready:
             self._join_ready()
-        if not self._decoding:
+        if not self._decoding and not self._solo:
             self._flush()
             return False
-        rows = list(self._decoding)
-        logits = self.module(self._inputs[:, None], cache=self._batch_cache)[:, -1, :]
-        tokens = self.sampler(logits)
-        mx.async_eval(tokens)
+        groups = []  # (tokens, rows): the batch forward, then one per quantized-KV sequence
+        if self._decoding:
+            logits = self.module(self._inputs[:, None], cache=self._batch_cache)[:, -1, :]
+            groups.append((self.sampler(logits), list(self._decoding)))
+        for s in self._solo:
+            logits = self.module(s.solo_input[:, None], cache=s.cache)[:, -1, :]
+            _maybe_quantize(s)  # where generate_step quantizes: after the forward
+            groups.append((self.sampler(logits), [s]))
+        mx.async_eval([t for t, _ in groups])
+        rows = [s for _, g in groups for s in g]
         for s in rows:
             s.issued += 1
         rec.decode_seqs = [s.req.id for s in rows]
         rec.decode_context_tokens = sum(s.prefill_tokens + s.issued for s in rows)
         self._flush()  # read the previous step's tokens while this one computes
-        self._inputs = tokens
-        self._pending = (tokens, rows, rec)
+        for tokens, g in groups:
+            if g[0].kv is None:
+                self._inputs = tokens
+            else:
+                g[0].solo_input = tokens
+        self._pending = (groups, rec)
         if defer:
             return True
         self._flush()
@@ -701,9 +772,12 @@ class Engine:
         """Read the in-flight decode tokens (if any) and hand them to their requests."""
         if self._pending is None:
             return
-        tokens, rows, rec = self._pending
+        groups, rec = self._pending
         self._pending = None
-        values = tokens.tolist()
+        values, rows = [], []
+        for tokens, g in groups:
+            values += tokens.tolist()
+            rows += g
         t = self.now()
         if rec.end_s == 0.0 and rec.phase:  # a deferred decode step ends when its tokens are read
             rec.end_s = t

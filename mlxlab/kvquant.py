@@ -2,8 +2,9 @@
 
 Reuses mlx-lm's ``QuantizedKVCache`` (through ``KVCache.to_quantized``) and its quantized
 attention. mlx's CUDA backend has no quantized attention kernel for KV caches, so
-:func:`probe_kv_quant` runs one tiny quantized attention once per (device, bits, group) and
-remembers the answer: callers refuse a request up front instead of crashing mid-batch.
+:func:`probe_kv_quant` runs small quantized attentions at the model's shape once per (device,
+bits, group, shape) and remembers the answer: callers refuse a request up front instead of
+crashing mid-batch.
 """
 
 from __future__ import annotations
@@ -16,43 +17,80 @@ import mlx.core as mx
 import numpy as np
 import pandas as pd
 from mlx_lm.models.base import quantized_scaled_dot_product_attention
+from mlx.utils import tree_flatten
 from mlx_lm.models.cache import KVCache, make_prompt_cache
 
 VALID_KV_BITS = (None, 4, 8)
 
 
+# Query lengths (a decode step, a short chunk) and key lengths (aligned and not) the probe tries:
+# the H200 run of 2026-11-29 passed a 32-key probe and then failed at a 513-token context with
+# "[quantized_matmul] No implementation for problem shape: 1x513x128x12" (bfloat16, 8 bits),
+# so one shape proves nothing: the probe tries unaligned lengths in the model's own dtype.
+PROBE_QUERIES = (1, 5)
+PROBE_KEYS = (32, 33, 513)
+
+
 @lru_cache(maxsize=None)
-def _probe(device: str, bits: int, group_size: int, head_dim: int) -> Tuple[bool, str]:
-    try:
-        q = mx.random.normal((1, 2, 8, head_dim))
-        k = mx.quantize(mx.random.normal((1, 1, 32, head_dim)), group_size=group_size, bits=bits)
-        v = mx.quantize(mx.random.normal((1, 1, 32, head_dim)), group_size=group_size, bits=bits)
-        out = quantized_scaled_dot_product_attention(q, k, v, scale=head_dim ** -0.5, mask=None,
-                                                     group_size=group_size, bits=bits)
-        mx.eval(out)
-        return True, ""
-    except Exception as exc:  # the backend's own words go into the error we raise later
-        return False, f"{type(exc).__name__}: {str(exc).splitlines()[0][:300]}"
+def _probe(device: str, bits: int, group_size: int, head_dim: int, n_heads: int, n_kv_heads: int,
+           dtype: str) -> Tuple[bool, str]:
+    dt = getattr(mx, dtype)
+    for lq in PROBE_QUERIES:
+        for lk in PROBE_KEYS:
+            try:
+                q = mx.random.normal((1, n_heads, lq, head_dim)).astype(dt)
+                k = mx.quantize(mx.random.normal((1, n_kv_heads, lk, head_dim)).astype(dt), group_size=group_size, bits=bits)
+                v = mx.quantize(mx.random.normal((1, n_kv_heads, lk, head_dim)).astype(dt), group_size=group_size, bits=bits)
+                out = quantized_scaled_dot_product_attention(q, k, v, scale=head_dim ** -0.5, mask=None,
+                                                             group_size=group_size, bits=bits)
+                mx.eval(out)
+            except Exception as exc:  # the backend's own words go into the error we raise later
+                return False, (f"{type(exc).__name__} at {lq} queries x {lk} keys: "
+                               f"{str(exc).splitlines()[0][:300]}")
+    return True, ""
 
 
-def probe_kv_quant(bits: Optional[int], group_size: int = 64, head_dim: int = 64) -> Tuple[bool, str]:
+def kv_shape(model) -> Dict:
+    """The attention shape the probe must try for ``model``: head_dim, query and KV heads, and
+    the activation dtype (a LoadedModel or an mlx-lm module)."""
+    module = getattr(model, "module", model)
+    a = module.args
+    n_heads = int(a.num_attention_heads)
+    dtype = next((p.dtype for _, p in tree_flatten(module.parameters()) if mx.issubdtype(p.dtype, mx.floating)),
+                 mx.float32)
+    return {"head_dim": _head_dim(model), "n_heads": n_heads,
+            "n_kv_heads": int(getattr(a, "num_key_value_heads", None) or n_heads),
+            "dtype": str(dtype).split(".")[-1]}
+
+
+def probe_kv_quant(bits: Optional[int], group_size: int = 64, head_dim: int = 64, *, n_heads: int = 2,
+                   n_kv_heads: int = 1, dtype: str = "float32") -> Tuple[bool, str]:
     """``(True, "")`` if the default device runs quantized attention at these settings, else
-    ``(False, reason)``. Cached per device and setting."""
+    ``(False, reason)``: tries decode and short-chunk queries against aligned and unaligned key
+    lengths (see :data:`PROBE_KEYS`). Pass the model's shape (:func:`kv_shape`). Cached per
+    device and setting."""
     if bits is None:
         return True, ""
-    return _probe(str(mx.default_device()), int(bits), int(group_size), int(head_dim))
+    return _probe(str(mx.default_device()), int(bits), int(group_size), int(head_dim), int(n_heads),
+                  int(n_kv_heads), str(dtype))
 
 
-def check_kv_bits(bits: Optional[int], group_size: int, head_dim: int) -> None:
-    """Raise ``ValueError`` saying what to do if ``bits``/``group_size`` cannot run here."""
+def probe_model(model, bits: Optional[int], group_size: int = 64) -> Tuple[bool, str]:
+    """:func:`probe_kv_quant` at ``model``'s own attention shape and dtype."""
+    return probe_kv_quant(bits, group_size, **kv_shape(model))
+
+
+def check_kv_bits(bits: Optional[int], group_size: int, head_dim: int, **shape) -> None:
+    """Raise ``ValueError`` saying what to do if ``bits``/``group_size`` cannot run here
+    (``shape``: n_heads, n_kv_heads, dtype, as :func:`kv_shape` gives them)."""
     if bits not in VALID_KV_BITS:
         raise ValueError(f"kv_bits must be one of {VALID_KV_BITS}, got {bits!r}")
     if bits is None:
         return
-    if head_dim % group_size:
-        raise ValueError(f"kv_group_size {group_size} does not divide the model's head_dim {head_dim}; "
+    if not isinstance(group_size, int) or group_size <= 0 or head_dim % group_size:
+        raise ValueError(f"kv_group_size {group_size!r} does not divide the model's head_dim {head_dim}; "
                          f"use a group size that divides it (e.g. 32 or 64)")
-    ok, why = probe_kv_quant(bits, group_size, head_dim)
+    ok, why = probe_kv_quant(bits, group_size, head_dim, **shape)
     if not ok:
         raise ValueError(f"kv_bits={bits} cannot run on {mx.default_device()}: its quantized attention failed "
                          f"({why}). Use kv_bits=None on this backend.")
@@ -107,11 +145,10 @@ def speed_sweep(model, contexts: Sequence[int], bits: Sequence[Optional[int]] = 
     """:func:`decode_speed` over contexts x bits x repeats (bits the backend cannot run are
     skipped with a row saying why). Columns: context_tokens, kv_bits, repeat, decode_tok_s,
     kv_bytes, error."""
-    head_dim = _head_dim(model)
     rows = []
     runnable = []
     for b in bits:
-        ok, why = probe_kv_quant(b, group_size, head_dim)
+        ok, why = probe_model(model, b, group_size)
         if ok:
             runnable.append(b)
         else:

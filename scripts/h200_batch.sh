@@ -15,7 +15,7 @@ if [ "$part" = scheduling ] || [ "$part" = all ]; then
 fi
 if [ "$part" = singlereq ] || [ "$part" = all ]; then
   # issue 2 (re-check single-stream decode) and issue 4 (warm-up, KV probe, prefix restore) on the seed presets
-  T=240 run $H bench engine --models qwen2.5-0.5b llama-3.2-1b qwen2.5-coder-1.5b --bits 4 --prompt-tokens 4096 --decode-tokens 256 --repeats 3
+  T=240 run $H bench engine --models qwen2.5-0.5b llama-3.2-1b qwen2.5-coder-1.5b --bits 4 --prompt-tokens 4096 --decode-tokens 256 --repeats 7
   T=300 run env PYTHONPATH=.mlxcuda/site:. MLXLAB_PLATFORM=h200 PYTHONUNBUFFERED=1 python3 scripts/h200_singlereq.py
 fi
 if [ -n "${OUT:-}" ]; then mkdir -p "$OUT/h200" && cp -r data/results/h200/. "$OUT/h200/" 2>/dev/null; fi

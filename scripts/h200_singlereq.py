@@ -7,7 +7,7 @@ import argparse
 
 import pandas as pd
 
-from mlxlab.kvquant import probe_kv_quant, speed_sweep
+from mlxlab.kvquant import probe_model, speed_sweep
 from mlxlab.models import load_model
 from mlxlab.prefix_cache import measure_restore
 from mlxlab.results import save_results
@@ -28,7 +28,7 @@ for m in a.presets:
 save_results("warmup_memory", {"presets": a.presets, "bits": a.bits, "runs": runs})
 
 model = load_model("qwen2.5-coder-1.5b", bits=a.bits)
-probes = {str(b): probe_kv_quant(b, 64, model.head_dim) for b in (8, 4)}
+probes = {str(b): probe_model(model, b, 64) for b in (8, 4)}
 print("kv probes:", probes, flush=True)
 sweep = speed_sweep(model, [512, 2048, 8192, 16384], (None, 8, 4), decode_tokens=64, repeats=3, progress=False)
 save_results("kv_quantization", {"model": "qwen2.5-coder-1.5b", "bits": a.bits, "probes": probes, "speed": sweep.to_dict("records")})

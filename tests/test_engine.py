@@ -269,3 +269,90 @@ def test_warmup_runs_before_the_clock_starts(tiny):
 def test_memory_settings_must_be_byte_counts(tiny, name):
     with pytest.raises(ValueError, match=name):
         Engine(tiny, **{name: -1})
+
+
+# ---------------------------------------------------------------- per-request KV quantization
+def kv_reference(model, prompt, max_tokens, bits, start, step):
+    return [int(t) for t, _ in generate_step(mx.array(prompt), model.module, max_tokens=max_tokens, kv_bits=bits,
+                                            kv_group_size=64, quantized_kv_start=start, prefill_step_size=step)]
+
+
+@pytest.mark.parametrize("chunk_size", [7, 64, 4096])
+def test_quantized_kv_requests_equal_generate_step_with_kv_bits_beside_plain_ones(tiny, chunk_size):
+    """A quantized-KV request decodes in its own forward exactly as generate_step(kv_bits=...)
+    does (same conversion points, same kernels: exact equality, no near-tie rule needed); the
+    plain requests batched beside it still match their own plain reference."""
+    rng = random.Random(7)
+    p4, plain, p8, plain2 = prompts_for(rng, tiny.vocab_size, (40, 77, 130, 25))
+    eng = Engine(tiny, chunk_size=chunk_size)
+    r4 = eng.submit(p4, MAX_TOKENS, kv_bits=4)
+    rp = eng.submit(plain, MAX_TOKENS)
+    eng.step()
+    r8 = eng.submit(p8, MAX_TOKENS, kv_bits=8, quantized_kv_start=100)
+    rp2 = eng.submit(plain2, MAX_TOKENS)
+    eng.run()
+    assert r4.output_tokens == kv_reference(tiny, p4, MAX_TOKENS, 4, 0, chunk_size)
+    assert r8.output_tokens == kv_reference(tiny, p8, MAX_TOKENS, 8, 100, chunk_size)
+    assert_matches(rp.output_tokens, cached_reference(tiny, plain))
+    assert_matches(rp2.output_tokens, cached_reference(tiny, plain2))
+    # and quantizing really changed something: 4-bit KV on a random model moves greedy tokens
+    assert r4.output_tokens != cached_reference(tiny, p4)[0]
+
+
+def test_a_quantized_request_really_holds_a_quantized_cache_while_decoding(tiny):
+    from mlx_lm.models.cache import KVCache, QuantizedKVCache
+
+    eng = Engine(tiny, chunk_size=16)
+    q = eng.submit(list(range(1, 50)), 8, kv_bits=4, quantized_kv_start=30)
+    p = eng.submit(list(range(2, 51)), 8)
+    types = set()
+    while eng.has_work:
+        eng.step()
+        for s in eng._solo:
+            types.add(type(s.cache[0]))
+    eng.flush()
+    assert q.done and p.done
+    assert QuantizedKVCache in types and KVCache not in types  # 48 prefilled tokens > start 30
+    assert p.id not in {s.req.id for s in eng._solo}
+
+
+@pytest.mark.parametrize("opts, match", [({"kv_bits": 3}, "kv_bits must be one of"),
+                                         ({"kv_bits": 4, "kv_group_size": 48}, "does not divide"),
+                                         ({"kv_bits": 4, "quantized_kv_start": -1}, "quantized_kv_start")])
+def test_bad_kv_settings_are_refused_at_submit(tiny, opts, match):
+    eng = Engine(tiny)
+    with pytest.raises(ValueError, match=match):
+        eng.submit([1, 2, 3], 4, **opts)
+    assert eng.requests == [] and not eng.has_work
+
+
+def test_a_backend_without_quantized_attention_refuses_kv_bits_up_front(tiny):
+    """The probe (not a crash mid-batch) decides; a refused request leaves the others running."""
+    from unittest import mock
+
+    from mlxlab import kvquant as K
+
+    eng = Engine(tiny, chunk_size=16)
+    ok = eng.submit(list(range(1, 30)), 6)
+    eng.step()
+    K._probe.cache_clear()
+    try:
+        with mock.patch.object(K, "quantized_scaled_dot_product_attention",
+                               side_effect=RuntimeError("[quantized_matmul] No implementation for problem shape")):
+            with pytest.raises(ValueError, match="Use kv_bits=None"):
+                eng.submit(list(range(1, 30)), 6, kv_bits=8)
+    finally:
+        K._probe.cache_clear()
+    eng.run()
+    assert len(eng.requests) == 1 and ok.done and len(ok.output_tokens) == 6
+
+
+def test_kv_budget_counts_a_quantized_request_at_its_quantized_size(tiny):
+    full, four = tiny.kv_bytes_per_token(), tiny.kv_bytes_per_token(4, 64)
+    assert four < full / 3
+    eng = Engine(tiny, chunk_size=32, kv_budget_bytes=100 * full)
+    with pytest.raises(ValueError, match="could never run"):
+        eng.submit(list(range(1, 201)), 40)  # 240 tokens at full precision > 100
+    r = eng.submit(list(range(1, 201)), 40, kv_bits=4)  # 240 tokens at 4 bits fit
+    eng.run()
+    assert r.done

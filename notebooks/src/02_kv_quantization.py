@@ -8,7 +8,7 @@
 # **Questions.** Where, if anywhere, does 8-bit or 4-bit KV decode as fast as the full-precision
 # cache on this backend? What does it save in memory, and what does it cost in quality, measured
 # on a model that predicts something (mlxlab's byte-level model trained on Python source)?
-# Backends without quantized attention (mlx's CUDA backend) are detected by a probe, not a crash.
+# Backends without quantized attention at some shape (mlx's CUDA backend) are detected by a probe at the model's own shape, not a crash.
 
 # %% parameters
 quick = True
@@ -30,13 +30,13 @@ from pathlib import Path
 import pandas as pd
 import altair as alt
 from mlxlab import load_model, nb, plots, widgets
-from mlxlab.kvquant import speed_sweep, crossover, quality, probe_kv_quant
+from mlxlab.kvquant import speed_sweep, crossover, quality, probe_model
 
 S = nb.setup(quick, platform, results_dir, figures_dir)
 if quick:
     contexts, decode_tokens, repeats, quality_positions = [256, 1024], 16, 1, 48
 model = load_model(model_name, bits=bits)
-probes = {str(b): probe_kv_quant(b, 64, model.head_dim) for b in kv_bits_list if b}
+probes = {str(b): probe_model(model, b, 64) for b in kv_bits_list if b}
 probes
 
 # %% [markdown]
@@ -84,7 +84,7 @@ if qpath.exists():
     held = build_corpus(verify=False)["heldout"]   # the split is checked by the tests; here only text is needed
     text = heldout_prompts(1, length=quality_prefix + quality_positions + 1, data=held)[0]
     qual = pd.DataFrame([quality(qmodel, text, b, prefix_tokens=quality_prefix) for b in (8, 4)
-                         if probe_kv_quant(b, 64, qmodel.head_dim)[0]])
+                         if probe_model(qmodel, b, 64)[0]])
 else:
     qual = pd.DataFrame()
     print(f"no trained model at {qpath}: run `mlxlab train-tiny` first; quality not measured")
