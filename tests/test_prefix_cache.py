@@ -211,3 +211,13 @@ def test_measure_restore(module):
     (row,) = measure_restore(module, prefix_lengths=(64,), repeats=1)
     assert row["prefix_tokens"] == 64 and row["kv_bytes"] == 64 * 4096
     assert row["prefill_s"] > 0 and row["restore_memory_s"] > 0 and row["restore_disk_s"] > 0
+
+
+def test_warm_turn_restores_the_prefix_and_gives_the_cold_turns_token(tiny):
+    from mlxlab.prefix_cache import warm_vs_cold_ttft
+
+    rows = warm_vs_cold_ttft(tiny, (96,), turn_tokens=8, repeats=1, chunk_size=32)
+    r = rows[0]
+    assert r["restored_tokens"] == 96  # the whole earlier turn came back from the cache
+    assert r["same_first_token"]
+    assert r["cold_ttft_s"] > 0 and r["warm_ttft_s"] > 0
