@@ -91,8 +91,15 @@ def engine_batched(model, prompts: List[List[int]], max_tokens: int, chunk_size:
 
 
 def _ratio(ours: List[float], theirs: List[float]) -> Dict:
+    """Both sides' median/p99, the ratio of medians, and the median of the per-repeat ratios
+    (each repeat runs both sides back to back, so pairing cancels slow drift of the machine:
+    on the H200 host the same single-stream decode varied 2x between repeats)."""
     a, b = median_and_p99(ours), median_and_p99(theirs)
-    return {"mlxlab": a, "mlx_lm": b, "ratio": a["median"] / b["median"]}
+    paired = sorted(x / y for x, y in zip(ours, theirs))
+    return {"mlxlab": a, "mlx_lm": b, "ratio": a["median"] / b["median"],
+            "paired_ratio_median": float(paired[len(paired) // 2]) if len(paired) % 2 else
+            float((paired[len(paired) // 2 - 1] + paired[len(paired) // 2]) / 2),
+            "paired_ratios": paired}
 
 
 def bench_engine(model, *, prompt_tokens: int = 512, decode_tokens: int = 128, batch: int = 8,

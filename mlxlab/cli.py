@@ -26,7 +26,7 @@ def _bench_engine(args) -> int:
         for k in ("single_prefill_tok_s", "single_decode_tok_s", "batched_decode_tok_s"):
             r = res[k]
             print(f"  {k:22s} mlxlab {r['mlxlab']['median']:10.1f}  mlx-lm {r['mlx_lm']['median']:10.1f}"
-                  f"  ratio {r['ratio']:.3f}", flush=True)
+                  f"  ratio {r['ratio']:.3f}  paired {r['paired_ratio_median']:.3f}", flush=True)
         print(f"  greedy tokens agree: {res['greedy_tokens_agree']}, common prefix (min): {res['greedy_common_prefix_min']}", flush=True)
         # written after every preset, so a run cut short by a time limit keeps what it measured
         path = save_results(args.name, out, platform=args.platform)

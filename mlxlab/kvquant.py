@@ -23,29 +23,34 @@ from mlx_lm.models.cache import KVCache, make_prompt_cache
 VALID_KV_BITS = (None, 4, 8)
 
 
-# Query lengths (a decode step, a short chunk) and key lengths (aligned and not) the probe tries:
-# the H200 run of 2026-11-29 passed a 32-key probe and then failed at a 513-token context with
-# "[quantized_matmul] No implementation for problem shape: 1x513x128x12" (bfloat16, 8 bits),
-# so one shape proves nothing: the probe tries unaligned lengths in the model's own dtype.
+# Context lengths before the probed step (the step adds 1 or 5 tokens: a decode step, a short
+# chunk). The H200 run of 2026-11-29 passed a probe on fresh 32-key arrays and then failed in a
+# real decode at a 513-token context with "[quantized_matmul] No implementation for problem
+# shape: 1x513x128x12" (bfloat16, 8 bits): the cache's keys are a slice of a larger buffer and
+# unaligned. So the probe goes through mlx-lm's own caches (KVCache -> to_quantized ->
+# update_and_fetch, as generate_step does) at unaligned lengths, in the model's dtype and heads.
+PROBE_CONTEXTS = (32, 255, 512)
 PROBE_QUERIES = (1, 5)
-PROBE_KEYS = (32, 33, 513)
 
 
 @lru_cache(maxsize=None)
 def _probe(device: str, bits: int, group_size: int, head_dim: int, n_heads: int, n_kv_heads: int,
            dtype: str) -> Tuple[bool, str]:
     dt = getattr(mx, dtype)
-    for lq in PROBE_QUERIES:
-        for lk in PROBE_KEYS:
+    rand = lambda *shape: mx.random.normal(shape).astype(dt)  # noqa: E731
+    for ctx in PROBE_CONTEXTS:
+        for lq in PROBE_QUERIES:
             try:
-                q = mx.random.normal((1, n_heads, lq, head_dim)).astype(dt)
-                k = mx.quantize(mx.random.normal((1, n_kv_heads, lk, head_dim)).astype(dt), group_size=group_size, bits=bits)
-                v = mx.quantize(mx.random.normal((1, n_kv_heads, lk, head_dim)).astype(dt), group_size=group_size, bits=bits)
-                out = quantized_scaled_dot_product_attention(q, k, v, scale=head_dim ** -0.5, mask=None,
+                cache = KVCache()
+                cache.update_and_fetch(rand(1, n_kv_heads, ctx, head_dim), rand(1, n_kv_heads, ctx, head_dim))
+                qcache = cache.to_quantized(group_size=group_size, bits=bits)
+                k, v = qcache.update_and_fetch(rand(1, n_kv_heads, lq, head_dim), rand(1, n_kv_heads, lq, head_dim))
+                out = quantized_scaled_dot_product_attention(rand(1, n_heads, lq, head_dim), k, v,
+                                                             scale=head_dim ** -0.5, mask=None,
                                                              group_size=group_size, bits=bits)
                 mx.eval(out)
             except Exception as exc:  # the backend's own words go into the error we raise later
-                return False, (f"{type(exc).__name__} at {lq} queries x {lk} keys: "
+                return False, (f"{type(exc).__name__} at a {ctx + lq}-token context, {lq} new token(s): "
                                f"{str(exc).splitlines()[0][:300]}")
     return True, ""
 
@@ -66,8 +71,8 @@ def kv_shape(model) -> Dict:
 def probe_kv_quant(bits: Optional[int], group_size: int = 64, head_dim: int = 64, *, n_heads: int = 2,
                    n_kv_heads: int = 1, dtype: str = "float32") -> Tuple[bool, str]:
     """``(True, "")`` if the default device runs quantized attention at these settings, else
-    ``(False, reason)``: tries decode and short-chunk queries against aligned and unaligned key
-    lengths (see :data:`PROBE_KEYS`). Pass the model's shape (:func:`kv_shape`). Cached per
+    ``(False, reason)``: a decode step and a short chunk through mlx-lm's quantized cache at
+    unaligned context lengths (see :data:`PROBE_CONTEXTS`). Pass the model's shape (:func:`kv_shape`). Cached per
     device and setting."""
     if bits is None:
         return True, ""
@@ -159,7 +164,13 @@ def speed_sweep(model, contexts: Sequence[int], bits: Sequence[Optional[int]] = 
         from tqdm.auto import tqdm
         it = tqdm(it, desc="kv speed", leave=False)
     for r, c, b in it:
-        row = decode_speed(model, c, b, decode_tokens=decode_tokens, group_size=group_size, seed=r)
+        try:
+            row = decode_speed(model, c, b, decode_tokens=decode_tokens, group_size=group_size, seed=r)
+        except RuntimeError as exc:  # a shape the probe did not try: a row saying so, not a lost sweep
+            row = {"context_tokens": c, "kv_bits": "none" if b is None else str(b), "decode_tok_s": None,
+                   "kv_bytes": None, "error": f"{type(exc).__name__}: {str(exc).splitlines()[0][:300]}"}
+            rows.append({**row, "repeat": r})
+            continue
         rows.append({**row, "repeat": r, "error": ""})
     return pd.DataFrame(rows)
 
