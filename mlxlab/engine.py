@@ -313,6 +313,11 @@ class Engine:
             already started waits (the policy does not see it) until enough finish.
         cache_limit_bytes, memory_limit_bytes: mlx's allocator cache and memory limits
             (``mx.set_cache_limit`` / ``mx.set_memory_limit``; they are process-wide).
+        fuse: run a step's decode and its prefill chunks in **one** packed forward pass
+            (:mod:`mlxlab.fused`: every token through the linear layers at once, attention per
+            sequence) instead of back to back. None (default) follows the policy (``stall_free``
+            fuses); True requires a model that can (llama/qwen2 families) and fuses every mixed
+            step; False never. Not used in overlap mode (there decode and chunks run apart).
         policy_options: keyword options for a policy given by name.
 
     The engine is not thread-safe: call its methods from one thread.
@@ -324,7 +329,7 @@ class Engine:
                  overlap: bool = False, overlap_sync: str = "layer", prefix_cache=None,
                  warmup: str = "off", kv_budget_bytes: Optional[int] = None,
                  cache_limit_bytes: Optional[int] = None, memory_limit_bytes: Optional[int] = None,
-                 **policy_options):
+                 fuse: Optional[bool] = None, **policy_options):
         if not isinstance(chunk_size, int) or chunk_size <= 0:
             raise ValueError(f"chunk_size must be a positive integer, got {chunk_size!r}")
         if not isinstance(overlap, bool):
@@ -346,6 +351,14 @@ class Engine:
         self.kv_bytes_per_token = _kv_bytes_per_token(model)
         self.vocab_size, self.max_context = _model_limits(model)
         self.policy = make_policy(policy, **policy_options)
+        if fuse not in (None, True, False):
+            raise ValueError(f"fuse must be None, True or False, got {fuse!r}")
+        from .fused import can_fuse
+
+        fusable, why = can_fuse(self.module)
+        if fuse is True and not fusable:
+            raise ValueError(f"fuse=True but this model cannot run packed steps ({why}); use fuse=False")
+        self.fuse = bool(fusable and not overlap and (fuse if fuse is not None else getattr(self.policy, "fuse", False)))
         self.chunk_size = chunk_size
         self.sampler = sampler or greedy
         self.stop_tokens = frozenset(int(t) for t in stop_tokens)
@@ -462,16 +475,15 @@ class Engine:
             self._flush()
             return None
         rec = self._new_record("")
-        deferred = False
+        deferred, fused = False, False
         if plan.decode:
-            deferred = self._decode(rec, defer=not plan.prefill)
+            deferred, fused = self._decode(rec, defer=not plan.prefill, chunks=plan.prefill if self.fuse else ())
         else:
             self._flush()
-        for seq_id, n in plan.prefill:
+        for seq_id, n in (() if fused else plan.prefill):
             seq = self._seqs[seq_id]
             if self._run_chunk(seq, n, rec):
-                self._queue.remove(seq)
-                self._ready.append(seq)
+                self._prefilled(seq)
         if not rec.decode_seqs and not rec.prefill:  # every planned row had already finished
             self.steps.pop()
             return None
@@ -582,12 +594,7 @@ class Engine:
         chunk in ``rec``; returns True if the sequence's prefill is complete. Runs on the main
         thread, or on the prefill worker in overlap mode. ``sync``: see ``overlap_sync``."""
         req = seq.req
-        if seq.cache is None:
-            seq.cache = make_prompt_cache(self.module)
-        if req.prefill_start_s is None:
-            req.state = PREFILLING
-            req.prefill_start_s = self.now()
-        start = seq.prefilled
+        start = self._begin_chunk(seq)
         patched, last = [], ([] if sync == "pipelined" else None)
         for c in seq.cache if sync != "chunk" else ():  # evaluate as each layer's keys and values land
             try:  # (caches without update_and_fetch, e.g. ArraysCache, are evaluated with the chunk)
@@ -602,9 +609,25 @@ class Engine:
         finally:
             for c in patched:
                 del c.update_and_fetch
+        return self._end_chunk(seq, n, start, rec)
+
+    def _begin_chunk(self, seq: _Seq) -> int:
+        """Give a sequence about to prefill its cache and start time; returns where it starts."""
+        if seq.cache is None:
+            seq.cache = make_prompt_cache(self.module)
+        if seq.req.prefill_start_s is None:
+            seq.req.state = PREFILLING
+            seq.req.prefill_start_s = self.now()
+        return seq.prefilled
+
+    def _end_chunk(self, seq: _Seq, n: int, start: int, rec: StepRecord) -> bool:
         seq.prefilled += n
-        rec.prefill.append((req.id, n, start))
+        rec.prefill.append((seq.req.id, n, start))
         return seq.prefilled == seq.prefill_tokens
+
+    def _prefilled(self, seq: _Seq) -> None:
+        self._queue.remove(seq)
+        self._ready.append(seq)
 
     # ------------------------------------------------------------------ overlap mode
     def _main_stream(self):
@@ -670,8 +693,7 @@ class Engine:
             raise RuntimeError(f"prefill worker failed: {error!r}; the caches of sequences it held may "
                                f"be partly written: build a new Engine") from error
         for seq in finished:
-            self._queue.remove(seq)
-            self._ready.append(seq)
+            self._prefilled(seq)
         self.policy.observe(rec.as_dict())
 
     def _join_ready(self) -> None:
@@ -721,8 +743,10 @@ class Engine:
         self._inputs = self._inputs[mx.array(keep)]
         self._decoding = [self._decoding[i] for i in keep]
 
-    def _decode(self, rec: StepRecord, defer: bool) -> bool:
-        """One batched decode forward; returns True if its tokens were left in flight."""
+    def _decode(self, rec: StepRecord, defer: bool, chunks=()) -> tuple:
+        """One batched decode forward; returns (tokens left in flight, chunks fused). With
+        ``chunks`` (the plan's (seq id, tokens)) and batch rows to decode, the chunks run in the
+        same packed forward (:func:`mlxlab.fused.packed_forward`) and are done on return."""
         # Rows with no tokens left to produce (max_tokens issued, or a stop token read) leave
         # the batch before the forward, so no compute is spent on them.
         active = set(map(id, self._active_decoding()))
@@ -737,16 +761,26 @@ class Engine:
             self._join_ready()
         if not self._decoding and not self._solo:
             self._flush()
-            return False
+            return False, False
         groups = []  # (tokens, rows): the batch forward, then one per quantized-KV sequence
-        if self._decoding:
+        packed = [(self._seqs[i], n) for i, n in chunks] if self._decoding else []
+        if packed:
+            from .fused import packed_forward
+
+            starts = [self._begin_chunk(seq) for seq, _ in packed]
+            segs = [(mx.array(seq.req.prompt[a:a + n]), seq.cache) for (seq, n), a in zip(packed, starts)]
+            logits = packed_forward(self.module, self._inputs, self._batch_cache, segs)
+            for seq, _ in packed:
+                _maybe_quantize(seq)
+            groups.append((self.sampler(logits), list(self._decoding)))
+        elif self._decoding:
             logits = self.module(self._inputs[:, None], cache=self._batch_cache)[:, -1, :]
             groups.append((self.sampler(logits), list(self._decoding)))
         for s in self._solo:
             logits = self.module(s.solo_input[:, None], cache=s.cache)[:, -1, :]
             _maybe_quantize(s)  # where generate_step quantizes: after the forward
             groups.append((self.sampler(logits), [s]))
-        mx.async_eval([t for t, _ in groups])
+        mx.async_eval([t for t, _ in groups] + [c.state for seq, _ in packed for c in seq.cache])
         rows = [s for _, g in groups for s in g]
         for s in rows:
             s.issued += 1
@@ -759,10 +793,15 @@ class Engine:
             else:
                 g[0].solo_input = tokens
         self._pending = (groups, rec)
+        for (seq, n), a in zip(packed, starts if packed else ()):
+            if self._end_chunk(seq, n, a, rec):
+                self._prefilled(seq)
         if defer:
-            return True
+            return True, bool(packed)
         self._flush()
-        return False
+        if packed:  # the chunks are a scheduling point like any other: done before the next decision
+            mx.eval([c.state for seq, _ in packed for c in seq.cache])
+        return False, bool(packed)
 
     def flush(self) -> None:
         """Read any decode tokens still in flight (``run`` does this when it ends)."""

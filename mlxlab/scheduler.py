@@ -71,6 +71,9 @@ class Policy:
     step record (a dict) for policies that learn from measured step times."""
 
     name = "policy"
+    # Whether an executor that can (see mlxlab.fused) should run this policy's decode and
+    # prefill chunks of one step in one packed forward pass.
+    fuse = False
 
     def schedule(self, state: SchedulerState) -> StepPlan:  # pragma: no cover - abstract
         raise NotImplementedError
@@ -157,6 +160,7 @@ class StallFree(Policy):
     more than ``token_budget`` tokens unless the decoding sequences alone exceed it."""
 
     name = "stall_free"
+    fuse = True  # Sarathi-Serve packs a step's decodes and chunk into one forward
 
     def __init__(self, token_budget: int = 512):
         if token_budget < 1:

@@ -356,3 +356,67 @@ def test_kv_budget_counts_a_quantized_request_at_its_quantized_size(tiny):
     r = eng.submit(list(range(1, 201)), 40, kv_bits=4)  # 240 tokens at 4 bits fit
     eng.run()
     assert r.done
+
+
+# ---------------------------------------------------------------- packed (fused) stall-free steps
+@pytest.mark.parametrize("budget", [8, 40])
+def test_fused_stall_free_steps_match_generate_step(tiny, budget):
+    """stall_free packs a step's decodes and chunks into one forward (mlxlab.fused); the rows of
+    a packed matmul may round differently, so the near-tie rule applies as for batching."""
+    rng = random.Random(11)
+    prompts = prompts_for(rng, tiny.vocab_size, (30, 70, 45, 90))
+    eng = Engine(tiny, policy="stall_free", token_budget=budget, chunk_size=64)
+    assert eng.fuse
+    reqs = []
+    for p in prompts:
+        reqs.append(eng.submit(p, MAX_TOKENS))
+        for _ in range(3):
+            eng.step()
+    eng.run()
+    mixed = [r for r in eng.steps if r.decode_seqs and r.prefill]
+    assert mixed, "the workload should have produced packed steps"
+    assert all(r.tokens <= max(budget, len(r.decode_seqs)) for r in eng.steps)
+    for r, p in zip(reqs, prompts):
+        assert_matches(r.output_tokens, cached_reference(tiny, p))
+
+
+def test_a_fused_step_is_one_forward_and_unfused_is_two(tiny):
+    """Count the model's own __call__: a packed step bypasses it entirely (one packed pass),
+    an unfused mixed step calls it twice (decode, then the chunk)."""
+    def count(fuse):
+        calls = {"n": 0}
+        module = tiny.module
+        cls = type(module)
+        orig = cls.__call__
+
+        def counting(self, *a, **k):
+            calls["n"] += 1
+            return orig(self, *a, **k)
+
+        eng = Engine(tiny, policy="stall_free", token_budget=24, chunk_size=64, fuse=fuse)
+        a = eng.submit(list(range(1, 20)), 12)
+        eng.step(); eng.step()  # a is decoding
+        b = eng.submit(list(range(3, 80)), 4)
+        cls.__call__ = counting
+        try:
+            rec = eng.step()
+        finally:
+            cls.__call__ = orig
+        eng.run()
+        assert rec.decode_seqs == [a.id] and rec.prefill and rec.prefill[0][0] == b.id
+        return calls["n"], a.output_tokens, b.output_tokens
+
+    fused_calls, fa, fb = count(True)
+    plain_calls, pa, pb = count(False)
+    assert (fused_calls, plain_calls) == (0, 2)
+    assert fa == pa and fb == pb
+
+
+def test_fuse_true_on_a_model_that_cannot_is_refused(tiny):
+    from unittest import mock
+
+    with mock.patch("mlxlab.fused.can_fuse", return_value=(False, "model_type 'x' is not one of")):
+        with pytest.raises(ValueError, match="use fuse=False"):
+            Engine(tiny, policy="stall_free", fuse=True)
+    with pytest.raises(ValueError, match="fuse must be"):
+        Engine(tiny, fuse="yes")

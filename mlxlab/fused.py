@@ -1,0 +1,90 @@
+"""One forward pass for a decode step and prefill chunks together (the stall-free step packed).
+
+mlx-lm's model ``__call__`` takes one cache per call, and the decode rows (a left-padded
+``BatchKVCache``, one query each) and a prompt chunk (its own ``KVCache``, many causal queries)
+cannot share one cache. So mlx-lm can only run them back to back: every weight is read twice
+per step. This module walks the *same* mlx-lm modules (embedding, norms, projections, rope,
+MLP, head) of a llama or qwen2 model itself and packs every token of the step through the linear
+layers at once, while attention runs per segment on that segment's own cache and mask, through
+mlx-lm's own ``scaled_dot_product_attention`` (so a quantized cache still works). It is a
+twin of those two families' ``__call__`` and nothing more: no weights or caches of its own.
+
+Only families whose layer is exactly ``h + attn(norm(h)); h + mlp(norm(h))`` with full
+attention everywhere are accepted (:func:`can_fuse`); anything else runs back to back.
+"""
+
+from __future__ import annotations
+
+from typing import List, Sequence, Tuple
+
+import mlx.core as mx
+from mlx_lm.models.base import create_attention_mask, scaled_dot_product_attention
+
+FUSABLE_TYPES = ("llama", "qwen2")
+
+
+def can_fuse(module) -> Tuple[bool, str]:
+    """``(True, "")`` if :func:`packed_forward` can run ``module`` (an mlx-lm model), else
+    ``(False, why)``."""
+    mtype = getattr(getattr(module, "args", None), "model_type", None)
+    if mtype not in FUSABLE_TYPES:
+        return False, f"model_type {mtype!r} is not one of {FUSABLE_TYPES}"
+    inner = getattr(module, "model", None)
+    layers = getattr(inner, "layers", None)
+    if not layers:
+        return False, "no model.layers"
+    if any(getattr(layer, "use_sliding", False) for layer in layers):
+        return False, "sliding-window layers need their own masks"
+    if getattr(inner, "pipeline_size", 1) > 1:
+        return False, "pipeline-parallel models are not packed"
+    for name in ("input_layernorm", "post_attention_layernorm", "self_attn", "mlp"):
+        if not hasattr(layers[0], name):
+            return False, f"layer has no {name}"
+    return True, ""
+
+
+def _attend(attn, q, k, v, cache, mask, rows: int):
+    """Attention of one segment. ``q``/``k``/``v`` are (1, rows * L, features) slices of the
+    packed projections; ``rows`` > 1 means a decode batch (one query per row)."""
+    L = q.shape[1] // rows
+    q = q.reshape(rows, L, attn.n_heads, -1).transpose(0, 2, 1, 3)
+    k = k.reshape(rows, L, attn.n_kv_heads, -1).transpose(0, 2, 1, 3)
+    v = v.reshape(rows, L, attn.n_kv_heads, -1).transpose(0, 2, 1, 3)
+    q = attn.rope(q, offset=cache.offset)
+    k = attn.rope(k, offset=cache.offset)
+    k, v = cache.update_and_fetch(k, v)
+    out = scaled_dot_product_attention(q, k, v, cache=cache, scale=attn.scale, mask=mask)
+    return out.transpose(0, 2, 1, 3).reshape(1, rows * L, -1)
+
+
+def packed_forward(module, decode_inputs: mx.array, decode_cache: list,
+                   chunks: Sequence[Tuple[mx.array, list]]) -> mx.array:
+    """Run ``decode_inputs`` (B,) one token per row of ``decode_cache`` (a per-layer list of
+    ``BatchKVCache``, or of ``KVCache`` when B is 1) and each ``(tokens, cache)`` chunk of
+    ``chunks`` through the model in one pass: the linear layers see all B + sum(chunk) tokens
+    at once. Returns the decode rows' logits, shape (B, vocab); the chunks' keys and values are
+    in their caches (their logits are never computed, as in a prefill)."""
+    inner = module.model
+    B = int(decode_inputs.shape[0])
+    tokens = mx.concatenate([decode_inputs.astype(mx.uint32)] + [t.astype(mx.uint32) for t, _ in chunks])
+    h = inner.embed_tokens(tokens)[None]
+    sizes = [B] + [int(t.shape[0]) for t, _ in chunks]
+    bounds = [0]
+    for n in sizes:
+        bounds.append(bounds[-1] + n)
+    caches: List[list] = [decode_cache] + [c for _, c in chunks]
+    masks = [create_attention_mask(h[:, :1], decode_cache[0])]
+    masks += [create_attention_mask(h[:, :n], c[0]) for n, c in zip(sizes[1:], caches[1:])]
+    rows = [B] + [1] * len(chunks)
+    for i, layer in enumerate(inner.layers):
+        attn = layer.self_attn
+        x = layer.input_layernorm(h)
+        q, k, v = attn.q_proj(x), attn.k_proj(x), attn.v_proj(x)
+        outs = [_attend(attn, q[:, a:b], k[:, a:b], v[:, a:b], cache[i], mask, r)
+                for a, b, cache, mask, r in zip(bounds, bounds[1:], caches, masks, rows)]
+        h = h + attn.o_proj(mx.concatenate(outs, axis=1))
+        h = h + layer.mlp(layer.post_attention_layernorm(h))
+    out = inner.norm(h[0, :B])
+    if getattr(module.args, "tie_word_embeddings", False):
+        return inner.embed_tokens.as_linear(out)
+    return module.lm_head(out)
