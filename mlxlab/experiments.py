@@ -33,6 +33,7 @@ import numpy as np
 
 from .baseline import MlxLmExecutor
 from .engine import Engine
+from .fused import can_fuse
 from .runner import run_workload
 from .scheduler import POLICIES
 from .workload import BatchTenant, ChatTenant, Workload
@@ -110,6 +111,11 @@ def run_metrics(res, chunk_size: Optional[int] = None) -> dict:
         use = full if len(full) else one
         if len(use):
             chunk_time, chunk_max = float(use.duration_s.median()), float(one.duration_s.max())
+    mixed_step = float("nan")
+    if len(tl) and "phase" in tl:
+        m = tl[tl.phase == "mixed"]
+        if len(m):
+            mixed_step = float(m.duration_s.median())
     ttfts = [r.ttft_s for r in batch if r.ttft_s is not None]
     pol = getattr(getattr(res, "executor", None), "policy", None)
     chosen = list(getattr(pol, "chosen", []) or [])
@@ -126,6 +132,7 @@ def run_metrics(res, chunk_size: Optional[int] = None) -> dict:
         "long_ttfts_s": ttfts,
         "chunk_time_s": chunk_time,
         "chunk_time_max_s": chunk_max,
+        "mixed_step_s": mixed_step,  # median step that ran a decode and a chunk together
         "chosen_chunk_median": float(np.median(chosen)) if chosen else None,
         "steps": int(len(tl)),
         "wall_s": res.wall_s,
@@ -138,8 +145,8 @@ def aggregate(runs: List[dict]) -> dict:
     pooled = [g for r in runs for g in r["contended_gaps_s"]]
     out = {"repeats": len(runs)}
     for k in ("chat_ttft_s", "chat_itl_p50_s", "chat_itl_p99_s", "chat_worst_gap_s", "long_ttft_s",
-              "chunk_time_s", "chunk_time_max_s", "wall_s"):
-        out[k] = _med([r[k] for r in runs])
+              "chunk_time_s", "chunk_time_max_s", "mixed_step_s", "wall_s"):
+        out[k] = _med([r.get(k, float("nan")) for r in runs])
     out["chat_worst_gap_runs_s"] = [r["chat_worst_gap_s"] for r in runs]
     out["long_ttft_runs_s"] = [r["long_ttft_s"] for r in runs]
     out["pooled_itl_p50_s"] = _q(pooled, 50)
@@ -339,6 +346,12 @@ def scheduling_study(model, *, platform_scale: Optional[float] = None,
                      steps_out(1, max(1, sf_budget - 1)), 1, hi,
                      dict(scenario="contended", executor="engine", policy="stall_free",
                           chunk_size=sf_budget, workers=1, options=opts)))
+        # the same policy with its decode and chunk run back to back: the cost of not fusing
+        uopts = {"token_budget": sf_budget, "fuse": False}
+        jobs.append((f"contended/stall_free_unfused/b{sf_budget}", "stall_free", sf_budget, uopts,
+                     steps_out(1, max(1, sf_budget - 1)), 1, hi,
+                     dict(scenario="contended", executor="engine", policy="stall_free (unfused)",
+                          chunk_size=sf_budget, workers=1, options=uopts)))
     if "slo" in wanted:
         opts = {"itl_target_s": itl_target, "min_chunk": slo_min_chunk, "max_chunk": slo_max_chunk}
         jobs.append(("contended/slo", "slo", slo_max_chunk, opts, steps_out(1, slo_min_chunk), 1, hi,
@@ -492,6 +505,17 @@ def scheduling_study(model, *, platform_scale: Optional[float] = None,
         claim("stall_free_chat_itl", f"stall_free (token_budget {sf_budget}): chat ITL p99 <= {SLO_ITL_FACTOR:g}x "
               f"solo ITL while one {hi}-token prompt prefills", ev["itl_p99_over_solo"],
               ev["itl_p99_over_solo"] <= SLO_ITL_FACTOR, ev)
+        u = agg[f"contended/stall_free_unfused/b{sf_budget}"]
+        fused_ok = can_fuse(getattr(model, "module", model))[0]
+        fev = {"fusable_model": fused_ok,
+               "mixed_step_s": {"fused": a["mixed_step_s"], "unfused": u["mixed_step_s"]},
+               "chat_itl_p99_s": {"fused": a["pooled_itl_p99_s"], "unfused": u["pooled_itl_p99_s"]},
+               "long_ttft_s": {"fused": a["long_ttft_s"], "unfused": u["long_ttft_s"]}}
+        saving = _ratio(u["mixed_step_s"], a["mixed_step_s"])
+        claim("stall_free_fusion", "the cost of not fusing: median mixed (decode + chunk) step, back to back over "
+              "packed in one forward (> 1: fusing saves time)", saving,
+              None if not fused_ok else saving > 1.0, fev,
+              status="measured" if fused_ok else "not fusable: both runs back to back")
     elif "stall_free" in policies:
         skipped("stall_free_chat_itl", "chat ITL under stall_free", "policy stall_free missing")
 
