@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # Every H200 measurement this project still needs, in one call of the device tool:
 #   run(command="bash scripts/h200_batch.sh PART", carry=[".mlxcuda"], timeout_s=600)
-# PART is one of: scheduling | singlereq | bench (singlereq less warm-up) | all (all needs ~15 min: split it over two calls).
+# PART is one of: scheduling | singlereq | bench (singlereq less warm-up) | sched | all (all needs ~15 min: split it over two calls).
 # Results are written to data/results/h200/ and copied to $OUT/h200/ to come back.
 set -uo pipefail
 cd "$(dirname "$0")/.."
@@ -12,6 +12,11 @@ if [ "$part" = scheduling ] || [ "$part" = all ]; then
   # issue 3: the stall, the gate, slo, stall_free and overlap beside BatchGenerator (coder-1.5b, 4-bit)
   T=420 run $H bench scheduling --model qwen2.5-coder-1.5b --bits 4 --repeats 2 --workers 1 2 4
   T=120 run env PYTHONPATH=.mlxcuda/site:. python3 scripts/overlap_probe.py --model qwen2.5-coder-1.5b --bits 4 --long-tokens 32000 --chunks 256,512,1024,2048,4096 --repeats 2
+fi
+if [ "$part" = sched ]; then
+  # issue 3's study (with stall_free packed and back to back) and issue 4's KV probe/speed and restores
+  T=420 run $H bench scheduling --model qwen2.5-coder-1.5b --bits 4 --repeats 2 --workers 1 2 4
+  T=120 run env PYTHONPATH=.mlxcuda/site:. MLXLAB_PLATFORM=h200 PYTHONUNBUFFERED=1 python3 scripts/h200_singlereq.py --parts kv restore
 fi
 if [ "$part" = bench ]; then
   # issue 2 re-check and issue 4's KV probe/speed and prefix restores (warm-up already measured)
