@@ -56,6 +56,9 @@ def _bench_scheduling(args) -> int:
     study["model"] = {"preset": args.model, "dtype": str(model.dtype), "bits": model.bits,
                       "num_params": model.num_params, "nbytes": model.nbytes}
     study["config"]["quick"] = bool(args.quick)
+    import os  # backend switches change what is measured (e.g. MLX_CUDA_USE_CUDNN_SPDA=0): keep them with it
+
+    study["config"]["mlx_env"] = {k: v for k, v in os.environ.items() if k.startswith("MLX_")}
     print(format_table(study))
     path = save_results(args.name, study, platform=args.platform)
     print(f"wrote {path} ({study['wall_s']:.0f} s)")

@@ -18,6 +18,11 @@ if [ "$part" = sched ]; then
   T=420 run $H bench scheduling --model qwen2.5-coder-1.5b --bits 4 --repeats 2 --workers 1 2 4
   T=120 run env PYTHONPATH=.mlxcuda/site:. MLXLAB_PLATFORM=h200 PYTHONUNBUFFERED=1 python3 scripts/h200_singlereq.py --parts kv restore
 fi
+if [ "$part" = sched1 ]; then
+  # issue 3's study, one repeat, with mlx's cuDNN attention off: cuDNN builds a graph for every new
+  # (query, key) length and the first study run spent ~50 ms of every new chunk shape on it
+  MLX_CUDA_USE_CUDNN_SPDA=0 T=330 run $H bench scheduling --model qwen2.5-coder-1.5b --bits 4 --repeats 1 --workers 1 2 4
+fi
 if [ "$part" = bench ]; then
   # issue 2 re-check and issue 4's KV probe/speed and prefix restores (warm-up already measured)
   T=270 run $H bench engine --models qwen2.5-0.5b llama-3.2-1b qwen2.5-coder-1.5b --bits 4 --prompt-tokens 4096 --decode-tokens 256 --repeats 5
