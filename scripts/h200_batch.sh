@@ -21,7 +21,8 @@ fi
 if [ "$part" = sched1 ]; then
   # issue 3's study, one repeat, with mlx's cuDNN attention off: cuDNN builds a graph for every new
   # (query, key) length and the first study run spent ~50 ms of every new chunk shape on it
-  MLX_CUDA_USE_CUDNN_SPDA=0 T=330 run $H bench scheduling --model qwen2.5-coder-1.5b --bits 4 --repeats 1 --workers 1 2 4
+  export MLX_CUDA_USE_CUDNN_SPDA=0
+  T=330 run $H bench scheduling --model qwen2.5-coder-1.5b --bits 4 --repeats 1 --workers 1 2 4
 fi
 if [ "$part" = bench ]; then
   # issue 2 re-check and issue 4's KV probe/speed and prefix restores (warm-up already measured)
