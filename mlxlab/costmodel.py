@@ -1,36 +1,80 @@
 """A step-time cost model fitted from step records (pure numpy, no MLX).
 
-One step's time is modelled as a non-negative combination of what it does::
+One step's time is modelled as a non-negative combination of what it does (seconds per unit of
+each of :data:`FEATURES`)::
 
-    t = a * [decodes] + b * decode_batch + c * decode_context_tokens
-        + d * prefill_chunks + e * prefill_tokens + f * prefill_attention
+    t = decode_step * [decodes] + decode_batched * [batch of 2+] + decode_batch * b
+        + decode_context_tokens * kv + join_tokens * J + drop_tokens * D
+        + prefill_chunks * chunks + prefill_tokens * n + prefill_attention * pairs
 
-``[decodes]`` is 1 if the step ran a decode forward (reading every weight once), ``decode_batch``
-the sequences it advanced, ``decode_context_tokens`` the KV they read; ``prefill_chunks`` counts
-chunk forwards (their fixed per-chunk cost), ``prefill_tokens`` the tokens pushed through the
-linear layers, and ``prefill_attention`` the query-key pairs of the chunks' attention
-(``n * context + n**2 / 2`` per chunk). The same model serves the ``slo`` policy (to choose a
-chunk size) and the simulator (to charge a plan), so both read step records the same way.
+Each term, and what it stands for in the engine (:mod:`mlxlab.engine`):
+
+* ``decode_step``: 1 if the step ran a decode forward: reading every weight once, launching the
+  kernels, building the graph in Python.
+* ``decode_batched``: 1 if that decode ran two or more sequences. They share one masked
+  ``BatchKVCache`` (a mask array, per-row offsets), while a lone stream decodes on a plain
+  ``KVCache`` with no mask: the two paths have different fixed costs.
+* ``decode_batch``: per sequence advanced (its activations, sampling, logits).
+* ``decode_context_tokens``: KV positions the decode reads: a lone stream's context; for a batch,
+  ``b x longest row`` (the batch cache is left-padded to its longest row, and the masked
+  attention reads the padding too). A step record (:meth:`mlxlab.engine.StepRecord.as_dict`)
+  only holds the sum of the rows' contexts; a record may carry the padded count as
+  ``decode_kv_tokens``.
+* ``join_tokens``: KV positions copied when finished prefills join the decode batch
+  (``BatchKVCache.merge``/``extend`` pad and copy every row to the longest): ``rows x longest``
+  of the batch after the join; 0 when a lone stream starts on its own cache.
+* ``drop_tokens``: KV positions copied when rows leave the batch (``filter`` gathers the kept
+  rows at the old width, ``extract`` copies the one row left back to a plain cache).
+* ``prefill_chunks``: per chunk forward (its fixed cost); ``prefill_tokens``: tokens pushed
+  through the linear layers; ``prefill_attention``: query-key pairs of the chunks' attention
+  (``n * context + n**2 / 2`` per chunk).
+
+Two timing parameters sit beside the linear terms (both measured by :mod:`mlxlab.profile`):
+
+* ``overhead_s``: host time between two steps that no step record covers (the run loop,
+  ``policy.schedule``, building the scheduler state). The simulator adds it before every step.
+* ``tail_s``: how long a decode's forward is still running after the engine's Python returned
+  from queueing it. The engine pipelines decode-only steps: step k's tokens are read (and
+  stamped) by step k+1, after step k+1 queued its own forward, so a stream's token after a run of
+  decode-only steps comes ``tail_s`` after the one before it, and the first token after a prefill
+  chunk waits for one more decode. ``None`` (an old profile, a derived one): tokens are stamped
+  when their own step ends (the simulator's behaviour before the tail was measured).
+
+The same model serves the ``slo`` policy (to choose a chunk size) and the simulator (to charge a
+plan), so both read step records the same way. Profiles saved with the six features of earlier
+versions (``decode_step, decode_batch, decode_context_tokens, prefill_chunks, prefill_tokens,
+prefill_attention``) load with no batched, join or drop cost.
 """
 
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from typing import Dict, Iterable, List, Sequence, Tuple
+from typing import Dict, Iterable, List, Optional, Sequence, Tuple
 
 import numpy as np
 
-FEATURES = ("decode_step", "decode_batch", "decode_context_tokens", "prefill_chunks",
-            "prefill_tokens", "prefill_attention")
+FEATURES = ("decode_step", "decode_batched", "decode_batch", "decode_context_tokens", "join_tokens", "drop_tokens",
+            "prefill_chunks", "prefill_tokens", "prefill_attention")
+LEGACY_FEATURES = ("decode_step", "decode_batch", "decode_context_tokens", "prefill_chunks", "prefill_tokens",
+                   "prefill_attention")
+DECODE_FEATURES = [0, 1, 2, 3]  # what a decode forward costs
+REBATCH_FEATURES = [4, 5]  # changes of the decode batch
+PREFILL_FEATURES = [6, 7, 8]  # prefill chunks
 
 
 def features(decode_batch: int = 0, decode_context_tokens: int = 0,
-             chunks: Sequence[Tuple[int, int]] = ()) -> np.ndarray:
-    """The feature vector of a step; ``chunks`` lists (tokens, context before the chunk)."""
+             chunks: Sequence[Tuple[int, int]] = (), join_tokens: int = 0, drop_tokens: int = 0) -> np.ndarray:
+    """The feature vector of a step. ``decode_context_tokens``: the KV the decode reads (a lone
+    stream's context; for a batch, ``b x longest row``); ``chunks`` lists (tokens, context before
+    the chunk)."""
+    b = int(decode_batch)
     return np.array([
-        1.0 if decode_batch else 0.0,
-        float(decode_batch),
-        float(decode_context_tokens),
+        1.0 if b else 0.0,
+        1.0 if b >= 2 else 0.0,
+        float(b),
+        float(decode_context_tokens) if b else 0.0,
+        float(join_tokens) if b else 0.0,
+        float(drop_tokens) if b else 0.0,
         float(len(chunks)),
         float(sum(n for n, _ in chunks)),
         float(sum(n * c + n * n / 2.0 for n, c in chunks)),
@@ -38,14 +82,18 @@ def features(decode_batch: int = 0, decode_context_tokens: int = 0,
 
 
 def record_features(rec: dict) -> np.ndarray:
-    """Features of a step record dict (``StepRecord.as_dict()``). A step with several chunks
-    is treated as one chunk of their summed tokens after their summed context (exact for the
-    usual one-chunk step)."""
+    """Features of a step record dict (``StepRecord.as_dict()``, or a profile record with the
+    extra fields ``decode_kv_tokens``, ``join_tokens``, ``drop_tokens``). A step with several
+    chunks is treated as one chunk of their summed tokens after their summed context (exact for
+    the usual one-chunk step)."""
     n = rec.get("prefill_tokens", 0)
     seqs = rec.get("prefill_seqs") or []
     chunks = [(n, rec.get("prefill_context_tokens", 0))] if n else []
-    f = features(rec.get("decode_batch", 0), rec.get("decode_context_tokens", 0), chunks)
-    f[3] = float(len(seqs)) if n else 0.0
+    kv = rec.get("decode_kv_tokens")
+    if kv is None:
+        kv = rec.get("decode_context_tokens", 0)
+    f = features(rec.get("decode_batch", 0), kv, chunks, rec.get("join_tokens", 0), rec.get("drop_tokens", 0))
+    f[FEATURES.index("prefill_chunks")] = float(len(seqs)) if n else 0.0
     return f
 
 
@@ -70,15 +118,34 @@ def _nnls(X: np.ndarray, y: np.ndarray, ridge: float) -> np.ndarray:
 
 @dataclass
 class StepCostModel:
-    """Step time in seconds as a non-negative linear model of :data:`FEATURES`."""
+    """Step time in seconds as a non-negative linear model of :data:`FEATURES`, plus the
+    per-step host ``overhead_s`` and the decode ``tail_s`` (see the module docstring)."""
 
     coef: np.ndarray = field(default_factory=lambda: np.zeros(len(FEATURES)))
     n_obs: int = 0
     source: str = "unfitted"
+    overhead_s: float = 0.0
+    tail_s: Optional[float] = None
+
+    def __post_init__(self):
+        self.coef = np.asarray(self.coef, dtype=float)
+        if self.coef.shape != (len(FEATURES),):
+            raise ValueError(f"need {len(FEATURES)} coefficients ({', '.join(FEATURES)}), got {self.coef.shape}; "
+                             f"use StepCostModel.from_coefficients for a subset by name")
+        if (self.coef < 0).any() or self.overhead_s < 0 or (self.tail_s is not None and self.tail_s < 0):
+            raise ValueError("cost model coefficients, overhead_s and tail_s must be >= 0")
 
     @property
     def fitted(self) -> bool:
         return self.n_obs > 0
+
+    @classmethod
+    def from_coefficients(cls, coefficients: Dict[str, float], **kwargs) -> "StepCostModel":
+        """A model from ``{feature name: seconds per unit}``; features not named cost nothing."""
+        unknown = set(coefficients) - set(FEATURES)
+        if unknown:
+            raise ValueError(f"unknown cost model features {sorted(unknown)}; known: {list(FEATURES)}")
+        return cls(coef=np.array([float(coefficients.get(f, 0.0)) for f in FEATURES]), **kwargs)
 
     @classmethod
     def fit(cls, records: Iterable[dict], ridge: float = 1e-9, source: str = "step records") -> "StepCostModel":
@@ -95,9 +162,9 @@ class StepCostModel:
         return cls(coef=coef, n_obs=len(recs), source=source)
 
     def predict(self, decode_batch: int = 0, decode_context_tokens: int = 0,
-                chunks: Sequence[Tuple[int, int]] = ()) -> float:
-        """Predicted step time in seconds."""
-        return float(features(decode_batch, decode_context_tokens, chunks) @ self.coef)
+                chunks: Sequence[Tuple[int, int]] = (), join_tokens: int = 0, drop_tokens: int = 0) -> float:
+        """Predicted step time in seconds (the linear terms; not ``overhead_s``)."""
+        return float(features(decode_batch, decode_context_tokens, chunks, join_tokens, drop_tokens) @ self.coef)
 
     def predict_record(self, rec: dict) -> float:
         return float(record_features(rec) @ self.coef)
@@ -116,16 +183,32 @@ class StepCostModel:
                 hi = mid - 1
         return lo
 
+    def coefficients(self) -> Dict[str, float]:
+        """The coefficients by feature name (seconds per unit of each feature)."""
+        return {f: float(c) for f, c in zip(FEATURES, self.coef)}
+
     def as_dict(self) -> Dict:
-        return {"features": list(FEATURES), "coef": [float(c) for c in self.coef],
-                "n_obs": self.n_obs, "source": self.source}
+        return {"features": list(FEATURES), "coef": [float(c) for c in self.coef], "overhead_s": float(self.overhead_s),
+                "tail_s": None if self.tail_s is None else float(self.tail_s), "n_obs": self.n_obs,
+                "source": self.source}
 
     @classmethod
     def from_dict(cls, d: Dict) -> "StepCostModel":
-        if list(d.get("features", FEATURES)) != list(FEATURES):
-            raise ValueError(f"cost model features {d.get('features')} differ from {list(FEATURES)}")
-        return cls(coef=np.array(d["coef"], dtype=float), n_obs=int(d.get("n_obs", 1)),
-                   source=d.get("source", "file"))
+        """The inverse of :meth:`as_dict`; also reads the six-feature format of earlier profiles
+        (see the module docstring)."""
+        names = list(d.get("features", FEATURES))
+        coef = [float(c) for c in d["coef"]]
+        if len(names) != len(coef):
+            raise ValueError(f"cost model has {len(coef)} coefficients for {len(names)} features")
+        if set(names) <= set(FEATURES):  # the current format, or the six of earlier versions
+            by = dict(zip(names, coef))
+        else:
+            raise ValueError(f"cost model features {names} are neither {list(FEATURES)} nor the earlier "
+                             f"{list(LEGACY_FEATURES)}")
+        tail = d.get("tail_s")
+        return cls.from_coefficients(by, n_obs=int(d.get("n_obs", 1)), source=d.get("source", "file"),
+                                     overhead_s=float(d.get("overhead_s") or 0.0),
+                                     tail_s=None if tail is None else float(tail))
 
     def relative_error(self, records: Iterable[dict]) -> List[float]:
         """|predicted - measured| / measured for each record with a positive duration."""

@@ -12,15 +12,24 @@ step to it, and the ``slo`` policy can take it as its prior.
 * decode-only steps: ``b`` sequences at context ``c`` for every ``b`` in ``decode_batches`` and
   ``c`` in ``decode_contexts`` (the batch shrinks from the largest ``b`` as sequences reach their
   ``max_tokens``, so each context is prefilled once);
-* mixed steps: a decode of that batch plus one chunk of each size of a long prompt.
+* mixed steps: a decode of that batch plus one chunk of each size of a long prompt;
+* batch changes ("rebatch"): the first decode of each batch size, which joins every row into one
+  ``BatchKVCache`` (``join_tokens``) or drops the rows that finished (``drop_tokens``), timed on
+  its own (nothing in flight before, its tokens read at once);
+* the decode tail ("tail"): after a run of pipelined decode-only steps, the gap between the last
+  two token reads of a stream, the last read by the next step's flush: how long a forward still
+  runs after the engine's Python returned from queueing it (``StepCostModel.tail_s``);
+* the host overhead ("overhead"): a short workload through :func:`mlxlab.runner.run_workload`
+  under ``interleave``; the gaps between a step's end and the next step's start after steps
+  that end inside ``Engine.step`` (run loop, scheduler state, policy: ``overhead_s``).
 
 What is timed is what a step costs a stream, i.e. what the simulator must charge: the wall time
 of ``Engine.step()`` for steps that finish inside it (prefill-only and mixed; any decode still in
 flight is read first, untimed), and, for decode-only steps, which the engine pipelines, the gap
-between consecutive token reads of one stream (the first step after a change of batch is left
-out: it pays a one-off cache merge or filter). The model is then fitted to minimise the
-*relative* error of every step (:func:`fit_cost_model`), so millisecond decode steps count as
-much as second-long chunks.
+between consecutive token reads of one stream (the first two steps after a change of batch are
+left out: one pays the change, timed separately, the next refills the pipeline). The model is
+then fitted to minimise the *relative* error of every step (:func:`fit_cost_model`), so
+millisecond decode steps count as much as second-long chunks.
 
 **Published** (:func:`seed001_profile`): coefficients derived from seed 001's figures (M4 Max,
 35B hybrid MoE), each number with its provenance; see that function.
@@ -37,7 +46,8 @@ from typing import Callable, Dict, Iterable, List, Optional, Sequence, Union
 
 import numpy as np
 
-from .costmodel import FEATURES, StepCostModel, _nnls, record_features
+from .costmodel import (DECODE_FEATURES, FEATURES, PREFILL_FEATURES, REBATCH_FEATURES, StepCostModel, _nnls,
+                        record_features)
 
 PROFILE_DEFAULTS = dict(prefill_tokens=(64, 256, 1024), contexts=(0, 1024, 4096),
                         decode_batches=(1, 2, 4, 8), decode_contexts=(64, 512, 2048), repeats=3)
@@ -61,8 +71,12 @@ def _fit_rows(X: np.ndarray, y: np.ndarray, relative: bool) -> np.ndarray:
     return _nnls(X / scale, y, 1e-9) / scale
 
 
-DECODE_FEATURES = [0, 1, 2]  # decode_step, decode_batch, decode_context_tokens
-PREFILL_FEATURES = [3, 4, 5]  # prefill_chunks, prefill_tokens, prefill_attention
+TIMING_KINDS = ("tail", "overhead")  # records of the two timing parameters, not of step costs
+
+
+def _timing(records: Sequence[dict], kind: str) -> Optional[float]:
+    vals = [r["duration_s"] for r in records if r.get("kind") == kind and r.get("duration_s", 0) > 0]
+    return float(np.median(vals)) if vals else None
 
 
 def fit_cost_model(records: Iterable[dict], *, relative: bool = True, staged: bool = True,
@@ -71,29 +85,49 @@ def fit_cost_model(records: Iterable[dict], *, relative: bool = True, staged: bo
 
     ``relative``: minimise squared *relative* errors (each row divided by its measured time), so
     millisecond decode steps are fitted as well as second-long chunks.
-    ``staged``: the decode coefficients from decode-only steps alone, then the prefill
-    coefficients from prefill-only steps and from mixed steps less their predicted decode part,
-    which is how the simulator charges a mixed step (decode first, then chunks). A joint fit
-    instead lets a mixed step's shared per-step overhead pull the decode intercept.
-    With ``relative=False, staged=False`` this is :meth:`StepCostModel.fit`."""
-    recs = [r for r in records if r.get("duration_s", 0) > 0]
+    ``staged``: the decode coefficients (:data:`~mlxlab.costmodel.DECODE_FEATURES`) from
+    decode-only steps alone; then the join/drop coefficients from decode steps that changed the
+    batch, less their predicted decode; then the prefill coefficients from prefill-only steps and
+    from mixed steps less their predicted decode, which is how the simulator charges a step
+    (decode first, then chunks). A joint fit instead lets a mixed step's shared per-step overhead
+    pull the decode intercept.
+    With ``relative=False, staged=False`` this is :meth:`StepCostModel.fit`.
+
+    Records of kind ``tail`` and ``overhead`` (:func:`profile_device`) are not step costs: the
+    medians of their ``duration_s`` become ``tail_s`` and ``overhead_s``."""
+    allrecs = [r for r in records if r.get("duration_s", 0) > 0]
+    recs = [r for r in allrecs if r.get("kind") not in TIMING_KINDS]
+    timing = dict(tail_s=_timing(allrecs, "tail"), overhead_s=_timing(allrecs, "overhead") or 0.0)
     if not relative and not staged:
-        return StepCostModel.fit(recs, source=source)
+        cm = StepCostModel.fit(recs, source=source)
+        cm.tail_s, cm.overhead_s = timing["tail_s"], timing["overhead_s"]
+        return cm
     if not recs:
-        return StepCostModel(source=source)
+        return StepCostModel(source=source, **timing)
     X = np.stack([record_features(r) for r in recs])
     y = np.array([r["duration_s"] for r in recs], dtype=float)
-    decode_only = (X[:, 1] > 0) & (X[:, 4] == 0)
-    has_chunk = X[:, 4] > 0
-    if not staged or not decode_only.any() or not has_chunk.any():
+    has_decode = X[:, FEATURES.index("decode_step")] > 0
+    has_chunk = X[:, FEATURES.index("prefill_tokens")] > 0
+    rebatch = (X[:, REBATCH_FEATURES] > 0).any(axis=1)
+    decode_only = has_decode & ~has_chunk & ~rebatch
+    if not staged or not decode_only.any():
         coef = _fit_rows(X, y, relative)
     else:
         coef = np.zeros(len(FEATURES))
         coef[DECODE_FEATURES] = _fit_rows(X[decode_only][:, DECODE_FEATURES], y[decode_only], relative)
-        yp = y[has_chunk] - X[has_chunk][:, DECODE_FEATURES] @ coef[DECODE_FEATURES]
-        ok = yp > 0
-        coef[PREFILL_FEATURES] = _fit_rows(X[has_chunk][ok][:, PREFILL_FEATURES], yp[ok], relative)
-    return StepCostModel(coef=coef, n_obs=len(recs), source=source)
+        rb = rebatch & ~has_chunk
+        if rb.any():
+            yr = y[rb] - X[rb][:, DECODE_FEATURES] @ coef[DECODE_FEATURES]
+            ok = yr > 0
+            if ok.any():
+                coef[REBATCH_FEATURES] = _fit_rows(X[rb][ok][:, REBATCH_FEATURES], yr[ok], relative)
+        if has_chunk.any():
+            known = DECODE_FEATURES + REBATCH_FEATURES
+            yp = y[has_chunk] - X[has_chunk][:, known] @ coef[known]
+            ok = yp > 0
+            if ok.any():
+                coef[PREFILL_FEATURES] = _fit_rows(X[has_chunk][ok][:, PREFILL_FEATURES], yp[ok], relative)
+    return StepCostModel(coef=coef, n_obs=len(recs), source=source, **timing)
 
 
 def _cell(r: dict) -> tuple:
@@ -118,7 +152,10 @@ def cell_medians(records: Iterable[dict]) -> List[dict]:
     out = []
     for key, rs in groups.items():
         d = dict(rs[0])
-        for f in ("duration_s", "decode_context_tokens", "prefill_tokens", "prefill_context_tokens", "decode_batch"):
+        for f in ("duration_s", "decode_context_tokens", "prefill_tokens", "prefill_context_tokens", "decode_batch",
+                  "decode_kv_tokens", "join_tokens", "drop_tokens"):
+            if f not in rs[0]:
+                continue
             vals = [x.get(f, 0) for x in rs]
             d[f] = float(np.median(vals))
         d["n"] = len(rs)
@@ -129,7 +166,7 @@ def cell_medians(records: Iterable[dict]) -> List[dict]:
 
 def fit_report(model: StepCostModel, records: Iterable[dict]) -> dict:
     """Relative error of ``model`` on ``records``: median, p90 and max, overall and per kind."""
-    recs = [r for r in records if r.get("duration_s", 0) > 0]
+    recs = [r for r in records if r.get("duration_s", 0) > 0 and r.get("kind") not in TIMING_KINDS]
     out = {}
     kinds = sorted({r.get("kind", r.get("phase", "step")) for r in recs})
     for kind in ["all"] + kinds:
@@ -142,8 +179,13 @@ def fit_report(model: StepCostModel, records: Iterable[dict]) -> dict:
 
 
 def coefficients(model: StepCostModel) -> Dict[str, float]:
-    """The coefficients by feature name (seconds per unit of each feature)."""
-    return {f: float(c) for f, c in zip(FEATURES, model.coef)}
+    """The coefficients by feature name (seconds per unit of each feature), and the two timing
+    parameters ``overhead_s`` and ``tail_s``."""
+    out = {f: float(c) for f, c in zip(FEATURES, model.coef)}
+    out["overhead_s"] = float(getattr(model, "overhead_s", 0.0) or 0.0)
+    tail = getattr(model, "tail_s", None)
+    out["tail_s"] = None if tail is None else float(tail)
+    return out
 
 
 # ---------------------------------------------------------------------------------- measuring
@@ -170,7 +212,7 @@ def profile_device(model, *, prefill_tokens: Sequence[int] = PROFILE_DEFAULTS["p
                    decode_batches: Sequence[int] = PROFILE_DEFAULTS["decode_batches"],
                    decode_contexts: Sequence[int] = PROFILE_DEFAULTS["decode_contexts"],
                    repeats: int = PROFILE_DEFAULTS["repeats"], fill_chunk: int = 2048, mixed: bool = True,
-                   warmup: bool = True, seed: int = 0, relative: bool = True,
+                   warmup: bool = True, seed: int = 0, relative: bool = True, measure_overhead: bool = True,
                    log: Optional[Callable[[str], None]] = None) -> dict:
     """Measure step times on the real engine and fit a cost model to them.
 
@@ -229,7 +271,7 @@ def profile_device(model, *, prefill_tokens: Sequence[int] = PROFILE_DEFAULTS["p
         if rec is None:
             raise RuntimeError(f"profile step {plan} did not run")
         d = rec.as_dict()
-        d.update(kind=kind, engine_duration_s=d["duration_s"], duration_s=dt,
+        d.update(kind=kind, engine_duration_s=d["duration_s"], duration_s=dt, _t0=t0,
                  cell=cell or f"{kind} n{d['prefill_tokens']} c{d['prefill_context_tokens']}")
         if keep:
             records.append(d)
@@ -239,7 +281,7 @@ def profile_device(model, *, prefill_tokens: Sequence[int] = PROFILE_DEFAULTS["p
         seq_prefilled = 0
         while seq_prefilled < upto:
             n = min(fill_chunk, upto - seq_prefilled)
-            timed(eng, script, StepPlan(prefill=[(req.id, n)]), "fill", keep)
+            timed(eng, script, StepPlan(prefill=[(req.id, n)]), "fill", keep).pop("_t0")
             seq_prefilled += n
 
     # ---------------------------------------------------------------- prefill-only chunks
@@ -255,12 +297,19 @@ def profile_device(model, *, prefill_tokens: Sequence[int] = PROFILE_DEFAULTS["p
         req = eng.submit(tokens(total + 1), 1)
         fill(eng, script, req, c, keep)
         for n in sizes:
-            timed(eng, script, StepPlan(prefill=[(req.id, n)]), "prefill", keep)
+            timed(eng, script, StepPlan(prefill=[(req.id, n)]), "prefill", keep).pop("_t0")
 
     # ---------------------------------------------------------------- decode and mixed
     def decode_group(c: int, keep: bool = True, batches: Sequence[int] = decode_batches) -> None:
+        """Decode phases at batch sizes from the largest down (rows leave as they reach their
+        max_tokens), each phase followed by mixed steps. In a phase: the first decode, which
+        changes the batch (the join of every row, then rows dropped), is timed on its own with
+        nothing in flight ("rebatch"); the next decodes run pipelined as in the engine and the
+        gaps between one stream's token reads are the decode records, leaving out the first
+        (the pipeline refilling) and the last, which the next step's flush reads at once: that
+        gap is how long a forward runs after the engine returned from queueing it ("tail")."""
         bs = sorted({int(b) for b in batches}, reverse=True)
-        k_dec = max(8, 2 * repeats + 2)  # decode steps are cheap: more of them, and a median per cell
+        k_dec = max(10, 2 * repeats + 4)  # decode steps are cheap: more of them, and a median per cell
         mix_sizes = list(prefill_tokens) if mixed else []
         k = k_dec + len(mix_sizes)
         if c + k * len(bs) + 2 > max_ctx:
@@ -277,34 +326,76 @@ def profile_device(model, *, prefill_tokens: Sequence[int] = PROFILE_DEFAULTS["p
             if c > 1:
                 fill(eng, script, r, c - 1, keep)
         long_done = 0
-        decode_recs = []  # (record dict or None, timed separately?, phase index, first in phase)
+        decode_recs = []  # (record dict, kind, phase index, index in phase)
+        prev_b = 0
         for p, b in enumerate(bs):
-            for j in range(k_dec):
+            ctx = c - 1 + p * k + 1  # each row's context at the phase's first decode (prompt + forwards)
+            if prev_b == 0:  # every row joins at once (a lone row starts on its own cache: no copy)
+                change = {"join_tokens": b * ctx if b > 1 else 0}
+            else:  # rows leave: filter copies the kept rows at the old width, extract the one row left
+                change = {"drop_tokens": b * ctx if b > 1 else ctx}
+            d = timed(eng, script, StepPlan(decode=True), "rebatch" if any(change.values()) else "decode1",
+                      keep=False, cell=f"rebatch b{prev_b}->{b} c{c}")
+            eng.flush()
+            d["duration_s"] = time.perf_counter() - d.pop("_t0")
+            d.update(change, decode_kv_tokens=b * ctx)
+            if keep and any(change.values()):
+                records.append(d)
+            decode_recs.append((d, "first", p, 0))
+            for j in range(1, k_dec):
                 script.next = StepPlan(decode=True)
                 rec = eng.step()
-                decode_recs.append((rec, f"decode b{b} c{c}", p, j == 0))
+                decode_recs.append((rec, f"decode b{b} c{c}", p, j))
             for n in mix_sizes:
                 if long_done + n > long_len - 1:
                     continue
                 d = timed(eng, script, StepPlan(decode=True, prefill=[(long_req.id, n)]), "mixed", keep,
                           cell=f"mixed b{b} c{c} n{n} at{long_done}")
+                d.pop("_t0", None)
+                d["decode_kv_tokens"] = b * (d["decode_context_tokens"] // b)
                 long_done += n
-                decode_recs.append((d, "mixed", p, False))
+                decode_recs.append((d, "mixed", p, -1))
+            prev_b = b
         eng.flush()
         times = reqs[0].token_times_s
         if len(times) != len(decode_recs):
             raise RuntimeError(f"profile bookkeeping: {len(times)} token times for {len(decode_recs)} decode steps")
-        for j, (rec, kind, p, first) in enumerate(decode_recs):
-            if not kind.startswith("decode") or first or j == 0 or decode_recs[j - 1][1] != kind:
+        for j, (rec, kind, p, i) in enumerate(decode_recs):
+            if not kind.startswith("decode") or i < 2:
                 continue
             d = rec.as_dict()
-            d.update(kind="decode", engine_duration_s=d["duration_s"], duration_s=times[j] - times[j - 1], cell=kind)
+            last = j + 1 == len(decode_recs) or not decode_recs[j + 1][1].startswith("decode")
+            d.update(kind="tail" if last else "decode", engine_duration_s=d["duration_s"],
+                     duration_s=times[j] - times[j - 1], cell=("tail " if last else "") + kind,
+                     decode_kv_tokens=d["decode_batch"] * (d["decode_context_tokens"] // max(1, d["decode_batch"])))
             if keep:
                 records.append(d)
+
+    def overhead_run(keep: bool = True) -> None:
+        """Host time between steps that no record covers (run loop, scheduler state, policy):
+        a short workload through :func:`mlxlab.runner.run_workload` under ``interleave``, the
+        gaps between a step's end and the next one's start after steps that end inside
+        ``Engine.step`` (prefill-only and mixed; a pipelined decode's record ends when its
+        tokens are read, inside the next step)."""
+        from .runner import run_workload
+        from .workload import BatchTenant, ChatTenant, Workload
+
+        n = min(4 * fill_chunk, max_ctx - 64)
+        wl = Workload([ChatTenant(sessions=2, turns=1, first_prompt_tokens=32, output_tokens=12, think_time_s=0.0),
+                       BatchTenant(workers=1, requests=1, prompt_tokens=n, output_tokens=2)],
+                      vocab_size=vocab, seed=seed, max_context=max_ctx)
+        res = run_workload(Engine(model, policy="interleave", chunk_size=fill_chunk), wl)
+        st = res.executor.steps
+        for a, b in zip(st, st[1:]):
+            if a.phase != "decode" and b.start_s >= a.end_s:
+                if keep:
+                    records.append({"kind": "overhead", "cell": "overhead", "duration_s": b.start_s - a.end_s,
+                                    "phase": a.phase, "decode_batch": 0, "prefill_tokens": 0})
 
     if warmup:  # unrecorded: first allocations, first use of each code path
         prefill_group(min(contexts), keep=False)
         decode_group(min(decode_contexts), keep=False, batches=(1, 2))
+        overhead_run(keep=False)
         say(f"[profile] warm-up done ({time.perf_counter() - t_start:.1f} s)")
     for r in range(repeats):
         for c in sorted({int(c) for c in contexts}):
@@ -315,6 +406,8 @@ def profile_device(model, *, prefill_tokens: Sequence[int] = PROFILE_DEFAULTS["p
         t0 = time.perf_counter()
         decode_group(c)
         say(f"[profile] decode context {c}, batches {sorted(set(decode_batches))} ({time.perf_counter() - t0:.1f} s)")
+    if measure_overhead:
+        overhead_run()
     name = getattr(model, "name", None) or type(model).__name__
     cells = cell_medians(records)
     cm = fit_cost_model(cells, relative=relative, source=f"profile of {name} on this device (cell medians)")
@@ -507,14 +600,18 @@ def seed001_profile() -> dict:
     n_chunks = math.ceil(n / chunk_at)
     t_dec_beside = per_step + per_seq + per_ctx * (ctx + 1)  # the chat's decode between chunks
     per_chunk = premium * v["floor_60k_s"] / n_chunks - t_dec_beside
-    coef = np.array([per_step, per_seq, per_ctx, per_chunk, per_token, per_pair])
-    cm = StepCostModel(coef=coef, n_obs=1, source="seed-001 published figures (derived)")
+    cm = StepCostModel.from_coefficients(
+        {"decode_step": per_step, "decode_batch": per_seq, "decode_context_tokens": per_ctx,
+         "prefill_chunks": per_chunk, "prefill_tokens": per_token,
+         "prefill_attention": per_pair}, n_obs=1, source="seed-001 published figures (derived)")
     derivation = {
         "decode_step": f"weights read time ({w_time * 1e3:.2f} ms = 3 GB / achieved {bw_eff / 1e9:.0f} GB/s) "
                        f"less the per-sequence part: {per_step * 1e3:.2f} ms",
         "decode_batch": f"decode_per_seq_fraction x weights read time: {per_seq * 1e3:.2f} ms per sequence",
         "decode_context_tokens": f"20 KB / achieved bandwidth {bw_eff / 1e9:.0f} GB/s "
                                  f"(= (3 GB + 23k x 20 KB) x 65 /s): {per_ctx * 1e9:.1f} ns per context token",
+        "decode_batched, join_tokens, drop_tokens": "0: the seed gives no figure for them",
+        "overhead_s, tail_s": "0 and None (not measured; tokens are stamped when their step ends)",
         "prefill_chunks": f"15% premium at 1,024 ({n_chunks} chunks) = 0.15 x 44 s / {n_chunks} less one chat "
                           f"decode step ({t_dec_beside * 1e3:.1f} ms): {per_chunk * 1e3:.1f} ms per chunk",
         "prefill_tokens": f"44 s floor = e*N + f*N^2/2 with N = {n} and f/e = {r:.3g}: e = {per_token * 1e6:.1f} us/token",
@@ -588,7 +685,7 @@ def cli_profile(args) -> int:
           f"grid {grid}", flush=True)
     prof = profile_device(model, **grid, log=None if args.quiet else (lambda s: print(s, flush=True)))
     for f, c in prof["coefficients"].items():
-        print(f"  {f:22s} {c:.4g}")
+        print(f"  {f:24s} {c:.4g}" if c is not None else f"  {f:24s} n/a")
     for kind, e in prof["fit"].items():
         print(f"  fit {kind:8s} n={e['n']:4d} median rel err {e['median']:.3f}  p90 {e['p90']:.3f}")
     path = save_profile(prof, platform=args.platform, model_name=args.model)

@@ -18,17 +18,31 @@ What is mirrored from the engine (non-overlap mode), rule by rule:
   (prefill tokens + forwards issued, this one included);
 * the plan comes from ``policy.schedule(state)`` and is checked with
   :func:`mlxlab.scheduler.check_plan`; an empty plan does nothing;
-* times: a step starts at the clock; its decode part costs ``predict(batch, kv)`` and its
-  chunks cost the rest of ``predict(batch, kv, chunks)``, each chunk in plan order (a
-  prompt's ``prefill_start_s`` is when its first chunk starts); ``kv`` is the KV the decode
-  reads: batch x longest context for a batch of two or more (the engine's ``BatchKVCache`` is
-  left-padded to its longest row), a lone sequence's own context. A mixed step's tokens are stamped
-  when its decode part ends (the engine reads them before running the chunks); a decode-only
-  step's tokens when the step ends;
-* deferred reads: the engine pipelines decode-only steps and reads their tokens during the next
-  step, so a request finished by a decode-only step is marked done (and its tokens appended,
-  which the policy sees as ``generated``) one step later, with the token time of the step that
-  produced them. The simulator does the same, and calls ``policy.observe`` at the same moments.
+* times: a step starts at the clock plus the model's ``overhead_s`` (the host time between two
+  engine steps: run loop, scheduler state, ``policy.schedule``). Its decode part costs
+  ``predict(batch, kv, join_tokens=J, drop_tokens=D)`` and its chunks the rest of
+  ``predict(batch, kv, chunks)``, each chunk in plan order (a prompt's ``prefill_start_s`` is
+  when its first chunk starts). ``kv`` is the KV the decode reads: batch x longest context for a
+  batch of two or more (the engine's ``BatchKVCache`` is left-padded to its longest row), a lone
+  sequence's own context. ``J``: when finished prefills join and the batch then has two or more
+  rows, rows x longest context (the merge/extend copies every row at the longest width); ``D``:
+  when rows leave and some remain, kept rows x the old longest context (``filter``), or the one
+  row's context (``extract`` back to a plain cache);
+* pipelining (with a measured ``tail_s``): decode forwards run one at a time; a forward started
+  at ``max(step start, end of the previous forward)`` ends ``decode`` seconds later, and the
+  engine's Python returns from queueing it ``tail_s`` before that end (at most ``decode``
+  earlier). A decode-only step ends (for the clock) when Python returns; its tokens are read,
+  and stamped, by the next step: after that step queued its own forward (a decode or mixed
+  step), at its start (a prefill-only step, which waits for the forward), or when the run loop
+  finds nothing to plan (the clock then waits for the forward). A mixed step reads its own
+  tokens when its forward ends, then runs its chunks. So, as in the engine, a stream's tokens
+  come one forward apart in a run of decode-only steps, ``tail_s`` apart before a mixed step or
+  at the end of a run, and the first decode after a chunk costs ``tail_s`` less than the rest
+  (nothing was in flight). With ``tail_s`` None (profiles without it) a step's tokens are
+  stamped when its own decode part ends and the clock moves to that time;
+* deferred reads: a request finished by a decode-only step is marked done (and its tokens
+  appended, which the policy sees as ``generated``) when they are read, one step later, as in
+  the engine; ``policy.observe`` is called at the same moments.
 * output tokens are a placeholder id (``output_token``, default 0); stop tokens work as in the
   engine (a stop id equal to ``output_token`` ends a request at its first token).
 
@@ -101,12 +115,16 @@ class Simulator:
             tokens, as the engine's left-padded ``BatchKVCache`` reads (a lone sequence: its own
             context); False charges the sum of the contexts. The step record's
             ``decode_context_tokens`` is the sum either way, as in the engine.
+        host_timing: use the cost model's ``overhead_s`` and ``tail_s`` (False: charge neither,
+            stamp tokens when their step ends; for ablations).
+        rebatch_costs: charge ``join_tokens`` / ``drop_tokens`` when the decode batch changes.
     """
 
     def __init__(self, cost_model, /, *, policy: "str | Policy" = "interleave", chunk_size: int = 2048,
                  vocab_size: int = DEFAULT_VOCAB_SIZE, max_context: int = DEFAULT_MAX_CONTEXT,
                  stop_tokens: Sequence[int] = (), noise: float = 0.0, seed: int = 0,
-                 output_token: int = 0, padded_kv: bool = True, **policy_options):
+                 output_token: int = 0, padded_kv: bool = True, host_timing: bool = True,
+                 rebatch_costs: bool = True, **policy_options):
         if not isinstance(chunk_size, int) or chunk_size <= 0:
             raise ValueError(f"chunk_size must be a positive integer, got {chunk_size!r}")
         if not (isinstance(noise, (int, float)) and noise >= 0 and math.isfinite(noise)):
@@ -134,8 +152,13 @@ class Simulator:
         self._queue: List[_SimSeq] = []
         self._ready: List[_SimSeq] = []
         self._decoding: List[_SimSeq] = []
-        self._pending = None  # (rows, token time, record) of a decode-only step not yet read
+        self._pending = None  # (rows, time its forward ends, record) of a decode-only step not yet read
         self._seqs: Dict[int, _SimSeq] = {}
+        self._overhead = float(getattr(self.cost_model, "overhead_s", 0.0) or 0.0) if host_timing else 0.0
+        tail = getattr(self.cost_model, "tail_s", None) if host_timing else None
+        self._tail = None if tail is None else float(tail)
+        self._rebatch = bool(rebatch_costs)
+        self._busy_until = 0.0  # when the last decode forward ends
 
     @classmethod
     def for_model(cls, model, cost_model, /, **kwargs) -> "Simulator":
@@ -202,7 +225,7 @@ class Simulator:
         if plan.empty:
             self._flush()
             return None
-        t = self._now
+        t = self._now + self._overhead
         rec = StepRecord(len(self.steps), t, 0.0, "", [], [])
         self.steps.append(rec)
         factor = self._noise_factor()
@@ -212,9 +235,18 @@ class Simulator:
         deferred = False
         if plan.decode:
             active = set(map(id, self._active_decoding()))
-            self._decoding = [s for s in self._decoding if id(s) in active]
+            kept = [s for s in self._decoding if id(s) in active]
+            drop_tokens = 0
+            if 0 < len(kept) < len(self._decoding):  # rows leave a batch: filter, or extract the last one
+                width = max(s.prefill_tokens + s.issued for s in self._decoding)
+                drop_tokens = (len(kept) * width if len(kept) > 1
+                               else kept[0].prefill_tokens + kept[0].issued)
+            self._decoding = kept
+            join_tokens = 0
             if self._ready:
                 self._join_ready(t)
+                if len(self._decoding) > 1:  # merged into a BatchKVCache (a lone stream keeps its cache)
+                    join_tokens = len(self._decoding) * max(s.prefill_tokens + s.issued for s in self._decoding)
             rows = list(self._decoding)
         if rows:
             for s in rows:
@@ -225,16 +257,25 @@ class Simulator:
             # what the forward reads: a batch of two or more is one BatchKVCache, left-padded to
             # its longest row, so every row costs the longest context (a lone row its own)
             decode_ctx = len(rows) * max(contexts) if (self.padded_kv and len(rows) > 1) else sum(contexts)
-            decode_s = max(0.0, cm.predict(len(rows), decode_ctx, [])) * factor
-            t += decode_s
-            self._flush()  # the previous decode-only step's tokens are read during this one
-            self._pending = (rows, t, rec)
+            decode_s = max(0.0, cm.predict(len(rows), decode_ctx, [], **self._rebatch_kw(join_tokens, drop_tokens)))
+            decode_s *= factor
+            if self._tail is None:  # tokens stamped when their own step ends
+                t += decode_s
+                self._flush()  # the previous decode-only step's tokens are read during this one
+                ready = t
+            else:  # one forward at a time; Python returns from queueing it ``tail`` before it ends
+                ready = max(t, self._busy_until) + decode_s
+                self._busy_until = ready
+                t = max(t, ready - min(self._tail, decode_s))
+                self._flush(read_at=t)  # the previous decode-only step's tokens, read after queueing this one
+            self._pending = (rows, ready, rec)
             if plan.prefill:
-                self._flush()
+                t = max(t, ready)
+                self._flush(read_at=t)  # a step with chunks reads its own tokens before running them
             else:
                 deferred = True
         else:
-            self._flush()
+            t = self._flush(read_at=t)  # waits for a forward still running
         if plan.prefill:
             chunks = []
             for seq_id, n in plan.prefill:
@@ -258,7 +299,7 @@ class Simulator:
         if not rec.decode_seqs and not rec.prefill:  # as the engine: nothing ran
             self.steps.pop()
             return None
-        self._now = t
+        self._now = max(self._now, t)
         rec.phase = "mixed" if (rec.decode_seqs and rec.prefill) else ("decode" if rec.decode_seqs else "prefill")
         if not deferred:
             rec.end_s = t
@@ -309,11 +350,23 @@ class Simulator:
                 s.req.prefill_start_s = t
         self._decoding.extend(ready)
 
-    def _flush(self) -> None:
+    def _rebatch_kw(self, join_tokens: int, drop_tokens: int) -> dict:
+        if not (join_tokens or drop_tokens) or not self._rebatch:
+            return {}
+        return {"join_tokens": join_tokens, "drop_tokens": drop_tokens}
+
+    def _flush(self, read_at: Optional[float] = None) -> float:
+        """Read the pending decode-only step's tokens at ``read_at`` (default: the clock), or when
+        its forward ends if that is later; returns the read time. Called without ``read_at`` (an
+        empty plan, :meth:`flush`) the clock waits for the read, as the engine blocks on it."""
+        at = self._now if read_at is None else read_at
         if self._pending is None:
-            return
-        rows, t, rec = self._pending
+            return at
+        rows, ready, rec = self._pending
         self._pending = None
+        t = ready if self._tail is None else max(ready, at)
+        if read_at is None:
+            self._now = max(self._now, t)
         if rec.end_s == 0.0 and rec.phase:  # a deferred decode-only step ends when its tokens are read
             rec.end_s = t
             self.policy.observe(rec.as_dict())
@@ -329,6 +382,7 @@ class Simulator:
                 self._finish(req, "stop", t)
             elif len(req.output_tokens) >= req.max_tokens:
                 self._finish(req, "length", t)
+        return max(t, at)
 
     @staticmethod
     def _finish(req: Request, reason: str, t: float) -> None:

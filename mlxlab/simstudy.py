@@ -120,7 +120,9 @@ def workload_shape(workloads: Dict[str, Workload], policies: Sequence[str], chun
     from .costmodel import StepCostModel
     from .runner import run_workload
 
-    rough = StepCostModel(coef=np.array([1e-3, 2e-4, 1e-8, 1e-3, 1e-5, 1e-9]), n_obs=1, source="rough")
+    rough = StepCostModel.from_coefficients({"decode_step": 1e-3, "decode_batch": 2e-4, "decode_context_tokens": 1e-8,
+                                             "prefill_chunks": 1e-3,
+                                             "prefill_tokens": 1e-5, "prefill_attention": 1e-9}, n_obs=1, source="rough")
     longest = batch = ctx = 0
     for wl in workloads.values():
         for p in policies:
@@ -147,6 +149,22 @@ def targeted_grid(shape: dict, chunk_size: int, repeats: int = 3) -> dict:
                 decode_batches=tuple(sorted({1, max(1, B // 2), B})),
                 decode_contexts=tuple(sorted({32, max(32, C // 2), max(32, C)})),
                 repeats=repeats, fill_chunk=chunk_size)
+
+
+def _periods(*runs: List[dict]) -> Dict[str, dict]:
+    """Median step period (next step's start - this step's start: what a step costs the run,
+    pipelining included) by phase and decode batch, and whether the step changed the batch, over
+    the step records of one or more runs; periods that include an idle wait for an arrival are
+    left out. The same table for the engine and the simulator shows where their clocks part."""
+    by: Dict[str, List[float]] = {}
+    for recs in runs:
+        for prev, a, b in zip([None] + list(recs), recs, list(recs[1:])):
+            if b["start_s"] - a["end_s"] > 0.005:  # the runner waited for an arrival
+                continue
+            changed = prev is not None and a["decode_batch"] and prev.get("decode_seqs") != a.get("decode_seqs")
+            key = f"{a['phase']} b{a['decode_batch']}" + (" changed" if changed else "")
+            by.setdefault(key, []).append(b["start_s"] - a["start_s"])
+    return {k: {"median_s": float(np.median(v)), "n": len(v)} for k, v in sorted(by.items())}
 
 
 def _metric(summary: dict, tenant: str, key: str, stat: str) -> float:
@@ -188,7 +206,9 @@ def validate_simulator(model, workloads: Optional[Dict[str, Workload]] = None,
     metric: median and max error, pass count; with a measured profile also the median paired
     error, repeat r against the simulator on share r), ``rule``, ``step_ratio`` (per workload/policy and phase: the engine's
     measured step time over the cost model's prediction for that step, a diagnosis of where an
-    error comes from), ``profile`` (coefficients, fit, grid cells), ``config``, ``wall_s``; plus
+    error comes from), ``periods`` (per workload/policy, for the engine and the simulator: the
+    median step period by phase, decode batch and batch change, :func:`_periods`), ``profile``
+    (coefficients with ``overhead_s`` and ``tail_s``, fit, grid cells), ``config``, ``wall_s``; plus
     ``paths`` when saved.
     """
     from .engine import Engine
@@ -266,17 +286,22 @@ def validate_simulator(model, workloads: Optional[Dict[str, Workload]] = None,
                      "share_coefficients": [coefficients(c) for c in cms],
                      "steps": len(prof_records), "wall_s": prof_wall,
                      "cells": [{k: c.get(k) for k in ("cell", "kind", "decode_batch", "decode_context_tokens",
+                                                       "decode_kv_tokens", "join_tokens", "drop_tokens",
                                                        "prefill_tokens", "prefill_context_tokens", "duration_s",
-                                                       "spread", "n")} for c in cells]}
+                                                       "spread", "n") if k in c} for c in cells]}
     else:
         cms = [cm]
         prof_info = {"coefficients": coefficients(cm) if hasattr(cm, "coef") else None,
                      "source": getattr(cm, "source", None)}
     rows = []
+    periods = {}
     for wname, wl in workloads.items():
         for p in policies:
-            sims = [run_workload(Simulator.for_model(model, c, policy=p, chunk_size=chunk_size,
-                                                     **options.get(p, {})), wl).summary for c in cms]
+            sim_res = [run_workload(Simulator.for_model(model, c, policy=p, chunk_size=chunk_size,
+                                                        **options.get(p, {})), wl) for c in cms]
+            sims = [r.summary for r in sim_res]
+            periods[f"{wname}/{p}"] = {"engine": _periods(*eng_steps[(wname, p)]),
+                                       "sim": _periods(*[r.timeline.to_dict("records") for r in sim_res])}
             tenants = [t for t in sims[0] if t != "all"]
             for tenant in tenants:
                 for key, stat, label in METRICS:
@@ -334,6 +359,7 @@ def validate_simulator(model, workloads: Optional[Dict[str, Workload]] = None,
         "summary": summary,
         "passed": all(r["passed"] for r in rows),
         "step_ratio": step_ratio,
+        "periods": periods,
         "profile": prof_info,
         "config": {"model": getattr(model, "name", None), "dtype": str(getattr(model, "dtype", "")),
                    "bits": getattr(model, "bits", None), "policies": list(policies), "repeats": repeats,

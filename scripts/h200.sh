@@ -11,4 +11,7 @@ fi
 export PYTHONPATH="$PWD/.mlxcuda/site:$PWD" PYTHONUNBUFFERED=1 MLXLAB_PLATFORM=${MLXLAB_PLATFORM:-h200}
 python3 -c 'import mlx.core as mx; print("mlx", mx.__version__, mx.default_device(), mx.device_info().get("device_name"))'
 python3 -m mlxlab.cli "$@"
-if [ -n "${OUT:-}" ]; then mkdir -p "$OUT/h200" && cp -r data/results/h200/. "$OUT/h200/"; fi
+if [ -n "${OUT:-}" ]; then
+  mkdir -p "$OUT/h200" && cp -r data/results/h200/. "$OUT/h200/"
+  if ls data/profiles/h200-*.json >/dev/null 2>&1; then mkdir -p "$OUT/profiles" && cp data/profiles/h200-*.json "$OUT/profiles/"; fi
+fi

@@ -13,8 +13,8 @@ from mlxlab.profile import (cost_model_from_dict, fit_cost_model, load_profile, 
 from mlxlab.sim import Simulator, simulate
 from mlxlab.workload import BatchTenant, ChatTenant, Workload
 
-# decode_step, decode_batch, decode_context_tokens, prefill_chunks, prefill_tokens, prefill_attention
-HAND = StepCostModel(coef=np.array([0.010, 0.001, 0.0, 0.100, 0.001, 0.0]), n_obs=1, source="hand")
+HAND = StepCostModel.from_coefficients({"decode_step": 0.010, "decode_batch": 0.001, "prefill_chunks": 0.100,
+                                        "prefill_tokens": 0.001}, n_obs=1, source="hand")
 
 
 @pytest.fixture(scope="module")
@@ -59,6 +59,51 @@ def test_deferred_reads_lag_like_the_engine():
     assert r.token_times_s == pytest.approx([0.011]) and not r.done
     assert sim.step() is None  # nothing left to plan: reads the last token
     assert r.token_times_s == pytest.approx([0.011, 0.022]) and r.done and r.finish_s == pytest.approx(0.022)
+
+
+def test_pipelined_token_times_with_tail_and_overhead():
+    """With a measured tail (4 ms) and host overhead (1 ms), hand-computed as the engine behaves:
+    decode forwards (11 ms) run back to back, Python returns 4 ms before each ends, and a
+    decode-only step's tokens are read after the next step queued its forward. A's tokens:
+    step 1 starts 0.001, forward ends 0.012, returns 0.008; step 2 starts 0.009, forward ends
+    0.023, returns 0.019 and reads step 1's token (0.019); step 3 reads step 2's (0.030);
+    B arrives; step 4 is mixed: its forward ends 0.045 (after step 3's at 0.034), it reads step
+    3's token at 0.041 and its own at 0.045 (one tail later), then B's first chunk (0.150 s);
+    step 5 (mixed) starts 0.196 with nothing in flight: its forward ends 0.207, then B's last
+    chunk to 0.357; step 6 decodes A and B (12 ms, returns 0.366), step 7 B alone reads them
+    (0.377), and the run's final flush waits for step 7's forward (0.381)."""
+    cm = StepCostModel.from_coefficients(HAND.coefficients(), n_obs=1, tail_s=0.004, overhead_s=0.001)
+    sim = Simulator(cm, policy="interleave", chunk_size=50)
+    a = sim.submit([5], 6, tenant="chat")
+    for _ in range(3):
+        sim.step()
+    assert a.token_times_s == pytest.approx([0.019, 0.030]) and sim.now() == pytest.approx(0.030)
+    assert [(s.start_s, s.end_s) for s in sim.steps[:2]] == [pytest.approx((0.001, 0.019)), pytest.approx((0.009, 0.030))]
+    b = sim.submit(list(range(1, 102)), 2, tenant="batch")
+    sim.run()
+    assert a.token_times_s == pytest.approx([0.019, 0.030, 0.041, 0.045, 0.207, 0.377])
+    assert b.token_times_s == pytest.approx([0.377, 0.381]) and sim.now() == pytest.approx(0.381)
+    assert [s.phase for s in sim.steps] == ["decode"] * 3 + ["mixed"] * 2 + ["decode"] * 2
+    assert [s.start_s for s in sim.steps[3:]] == pytest.approx([0.031, 0.196, 0.358, 0.367])
+    # without the host timing: tokens when their own step ends, no overhead (the earlier behaviour)
+    plain = Simulator(cm, policy="interleave", chunk_size=50, host_timing=False)
+    r = plain.submit([5], 3)
+    plain.run()
+    assert r.token_times_s == pytest.approx([0.011, 0.022, 0.033])
+
+
+def test_batch_changes_are_charged():
+    """A (10 prefilled) and B (20) join at once: the merge copies 2 rows x 20 KV positions; B
+    finishes and A is extracted back to a plain cache: 11 positions (10 + its first input)."""
+    cm = StepCostModel.from_coefficients({"decode_step": 0.01, "join_tokens": 1e-5, "drop_tokens": 1e-4,
+                                          "prefill_tokens": 1e-3}, n_obs=1)
+    for charge, want in ((True, [0.0104, 0.0111, 0.01]), (False, [0.01, 0.01, 0.01])):
+        sim = Simulator(cm, policy="interleave", chunk_size=64, rebatch_costs=charge)
+        sim.submit([1] * 11, 3)
+        sim.submit([1] * 21, 1)
+        sim.run()
+        assert [s.phase for s in sim.steps] == ["prefill", "decode", "decode", "decode"]
+        assert [s.duration_s for s in sim.steps[1:]] == pytest.approx(want)
 
 
 def test_submit_validation_matches_the_engine(tiny):
@@ -143,35 +188,67 @@ def test_profile_fit_and_files(tmp_path, tiny):
     prof = profile_device(tiny, prefill_tokens=(16, 64), contexts=(0, 128), decode_batches=(1, 2),
                           decode_contexts=(16, 128), repeats=1, fill_chunk=64)
     kinds = {r["kind"] for r in prof["records"]}
-    assert kinds == {"fill", "prefill", "decode", "mixed"}
+    assert kinds == {"fill", "prefill", "decode", "mixed", "rebatch", "tail", "overhead"}
     assert all(r["duration_s"] > 0 for r in prof["records"])
+    rebatch = [r for r in prof["records"] if r["kind"] == "rebatch"]
+    assert {bool(r.get("join_tokens")) for r in rebatch} == {True, False}  # the join of 2 rows, the drop to 1
     cm = prof["cost_model"]
     assert cm.fitted and (cm.coef >= 0).all()
+    # the two timing parameters: a forward's tail after Python returns, the host time between steps
+    assert 0 < cm.tail_s < 0.5 and 0 < cm.overhead_s < 0.05
+    assert prof["coefficients"]["tail_s"] == cm.tail_s
     # a profile costs each step within a factor of two of what was measured, typically
     assert prof["fit"]["all"]["median"] < 0.5
     path = save_profile(prof, path=tmp_path / "cpu-tiny.json")
     back = load_profile(path)
-    assert np.allclose(back.coef, cm.coef)
+    assert np.allclose(back.coef, cm.coef) and (back.tail_s, back.overhead_s) == (cm.tail_s, cm.overhead_s)
     assert Simulator(str(path)).cost_model.coef.tolist() == cm.coef.tolist()
 
 
 def test_fit_recovers_synthetic_coefficients():
-    true = np.array([2e-3, 5e-4, 1e-7, 3e-3, 1e-4, 2e-8])
-    truth = StepCostModel(coef=true, n_obs=1)
+    """Records made from known coefficients (decode-only steps lone and batched, steps that change
+    the batch, prefill-only and mixed steps, and the two timing kinds) give those coefficients
+    back, staged or joint, and the medians of the timing records."""
+    true = {"decode_step": 2e-3, "decode_batched": 1e-3, "decode_batch": 5e-4, "decode_context_tokens": 1e-7,
+            "join_tokens": 2e-6, "drop_tokens": 1e-6, "prefill_chunks": 3e-3,
+            "prefill_tokens": 1e-4, "prefill_attention": 2e-8}
+    truth = StepCostModel.from_coefficients(true, n_obs=1)
     recs = []
     for b in (1, 2, 4, 8):
         for c in (100, 1000, 4000):
-            recs.append({"decode_batch": b, "decode_context_tokens": b * c, "prefill_tokens": 0,
+            recs.append({"kind": "decode", "decode_batch": b, "decode_context_tokens": b * c, "prefill_tokens": 0,
                          "duration_s": truth.predict(b, b * c)})
+    for b, c in ((2, 500), (4, 500), (4, 3000), (2, 3000)):
+        recs.append({"kind": "rebatch", "decode_batch": b, "decode_context_tokens": b * c, "join_tokens": b * c,
+                     "duration_s": truth.predict(b, b * c, join_tokens=b * c)})
+        recs.append({"kind": "rebatch", "decode_batch": b // 2, "decode_context_tokens": b // 2 * c,
+                     "drop_tokens": b // 2 * c, "duration_s": truth.predict(b // 2, b // 2 * c, drop_tokens=b // 2 * c)})
     for n in (32, 256, 1024):
         for ctx in (0, 1000, 3000):
             for b in (0, 2):
-                recs.append({"decode_batch": b, "decode_context_tokens": b * 500, "prefill_tokens": n,
-                             "prefill_context_tokens": ctx, "prefill_seqs": [9],
+                recs.append({"kind": "mixed" if b else "prefill", "decode_batch": b, "decode_context_tokens": b * 500,
+                             "prefill_tokens": n, "prefill_context_tokens": ctx, "prefill_seqs": [9],
                              "duration_s": truth.predict(b, b * 500, [(n, ctx)])})
+    timing = [{"kind": "tail", "duration_s": x} for x in (0.002, 0.0025, 0.009)]
+    timing += [{"kind": "overhead", "duration_s": x} for x in (1e-4, 2e-4, 5e-4)]
     for staged in (True, False):
-        got = fit_cost_model(recs, staged=staged)
+        got = fit_cost_model(recs + timing, staged=staged)
         assert max(got.relative_error(recs)) < 1e-6
+        for name, value in true.items():
+            assert got.coefficients()[name] == pytest.approx(value, rel=1e-3), (staged, name)
+        assert got.tail_s == pytest.approx(0.0025) and got.overhead_s == pytest.approx(2e-4)
+        assert (got.coef >= 0).all()
+    # round trip, and a profile in the six-feature format of earlier versions still loads
+    back = StepCostModel.from_dict(got.as_dict())
+    assert np.allclose(back.coef, got.coef) and back.tail_s == got.tail_s and back.overhead_s == got.overhead_s
+    old = StepCostModel.from_dict({"features": ["decode_step", "decode_batch", "decode_context_tokens", "prefill_chunks",
+                                                "prefill_tokens", "prefill_attention"],
+                                   "coef": [1e-2, 1e-3, 1e-7, 0.1, 1e-4, 1e-9]})
+    assert old.predict(1, 1000) == pytest.approx(1e-2 + 1e-3 + 1e-4)
+    assert old.predict(2, 2000) == pytest.approx(1e-2 + 2e-3 + 2e-4)  # no batched intercept
+    assert old.tail_s is None and old.overhead_s == 0
+    with pytest.raises(ValueError, match="features"):
+        StepCostModel.from_dict({"features": ["decode_step", "nope"], "coef": [1.0, 2.0]})
 
 
 def test_seed001_profile_reproduces_the_floor_and_decode_rate():
@@ -232,7 +309,7 @@ def test_validation_on_tiny_within_noise_derived_tolerance(tiny):
 def test_a_batch_decode_reads_the_padded_kv():
     """Two rows at contexts 2 and 5 read 2 x 5 KV tokens (the engine's left-padded BatchKVCache);
     the record keeps the engine's sum."""
-    kv_only = StepCostModel(coef=np.array([0.0, 0.0, 1e-3, 0.0, 0.0, 0.0]), n_obs=1)
+    kv_only = StepCostModel.from_coefficients({"decode_context_tokens": 1e-3}, n_obs=1)
     for padded, second in ((True, 0.011), (False, 0.008)):
         sim = Simulator(kv_only, chunk_size=64, padded_kv=padded)
         a = sim.submit([1], 2)
