@@ -43,6 +43,15 @@ def can_fuse(module) -> Tuple[bool, str]:
     return True, ""
 
 
+def _store(attn, k, v, cache, rows: int) -> None:
+    """Only write a segment's keys and values to its cache (a chunk in the last layer: its
+    attention output would feed nothing)."""
+    L = k.shape[1] // rows
+    k = k.reshape(rows, L, attn.n_kv_heads, -1).transpose(0, 2, 1, 3)
+    v = v.reshape(rows, L, attn.n_kv_heads, -1).transpose(0, 2, 1, 3)
+    cache.update_and_fetch(attn.rope(k, offset=cache.offset), v)
+
+
 def _attend(attn, q, k, v, cache, mask, rows: int):
     """Attention of one segment. ``q``/``k``/``v`` are (1, rows * L, features) slices of the
     packed projections; ``rows`` > 1 means a decode batch (one query per row)."""
@@ -76,14 +85,29 @@ def packed_forward(module, decode_inputs: mx.array, decode_cache: list,
     masks = [create_attention_mask(h[:, :1], decode_cache[0])]
     masks += [create_attention_mask(h[:, :n], c[0]) for n, c in zip(sizes[1:], caches[1:])]
     rows = [B] + [1] * len(chunks)
+    last = len(inner.layers) - 1
     for i, layer in enumerate(inner.layers):
         attn = layer.self_attn
         x = layer.input_layernorm(h)
-        q, k, v = attn.q_proj(x), attn.k_proj(x), attn.v_proj(x)
-        outs = [_attend(attn, q[:, a:b], k[:, a:b], v[:, a:b], cache[i], mask, r)
-                for a, b, cache, mask, r in zip(bounds, bounds[1:], caches, masks, rows)]
-        h = h + attn.o_proj(mx.concatenate(outs, axis=1))
-        h = h + layer.mlp(layer.post_attention_layernorm(h))
+        k, v = attn.k_proj(x), attn.v_proj(x)
+        if i < last:
+            q = attn.q_proj(x)
+            outs = [_attend(attn, q[:, a:b], k[:, a:b], v[:, a:b], cache[i], mask, r)
+                    for a, b, cache, mask, r in zip(bounds, bounds[1:], caches, masks, rows)]
+            h = h + attn.o_proj(mx.concatenate(outs, axis=1))
+            h = h + layer.mlp(layer.post_attention_layernorm(h))
+        else:
+            # Last layer: the chunks only need their keys and values cached (a prefill never
+            # reads their outputs), so query, attention, o_proj and MLP run for the decode rows
+            # alone. Packing them too cost a layer's worth of chunk compute: on the CPU, `small`
+            # (8 layers), one decode beside a 511-token chunk took 1,077 ms packed that way
+            # against 957 ms back to back; with this, 943 ms.
+            for a, b, cache, r in zip(bounds[1:], bounds[2:], caches[1:], rows[1:]):
+                _store(attn, k[:, a:b], v[:, a:b], cache[i], r)
+            hd = h[:, :B]
+            out = _attend(attn, attn.q_proj(x[:, :B]), k[:, :B], v[:, :B], caches[0][i], masks[0], B)
+            hd = hd + attn.o_proj(out)
+            h = hd + layer.mlp(layer.post_attention_layernorm(hd))
     out = inner.norm(h[0, :B])
     if getattr(module.args, "tie_word_embeddings", False):
         return inner.embed_tokens.as_linear(out)

@@ -40,6 +40,11 @@ What is mirrored from the engine (non-overlap mode), rule by rule:
   at the end of a run, and the first decode after a chunk costs ``tail_s`` less than the rest
   (nothing was in flight). With ``tail_s`` None (profiles without it) a step's tokens are
   stamped when its own decode part ends and the clock moves to that time;
+* packed steps (``fuse``, on by default under ``stall_free`` as in the engine): a step with
+  decodes and chunks is one forward charged ``predict(batch, kv, chunks)`` as a whole; its chunks
+  start with it and its tokens are read at its end (the profile times unpacked steps, so this
+  charges a packed step what the two parts cost back to back: an upper bound where packing
+  saves time);
 * deferred reads: a request finished by a decode-only step is marked done (and its tokens
   appended, which the policy sees as ``generated``) when they are read, one step later, as in
   the engine; ``policy.observe`` is called at the same moments.
@@ -118,13 +123,16 @@ class Simulator:
         host_timing: use the cost model's ``overhead_s`` and ``tail_s`` (False: charge neither,
             stamp tokens when their step ends; for ablations).
         rebatch_costs: charge ``join_tokens`` / ``drop_tokens`` when the decode batch changes.
+        fuse: as :class:`mlxlab.engine.Engine`'s: a step with decodes and chunks is one packed
+            forward, charged ``predict(batch, kv, chunks)`` as a whole, its chunks starting with
+            it and its tokens stamped at its end (None: follow the policy, as ``stall_free``).
     """
 
     def __init__(self, cost_model, /, *, policy: "str | Policy" = "interleave", chunk_size: int = 2048,
                  vocab_size: int = DEFAULT_VOCAB_SIZE, max_context: int = DEFAULT_MAX_CONTEXT,
                  stop_tokens: Sequence[int] = (), noise: float = 0.0, seed: int = 0,
                  output_token: int = 0, padded_kv: bool = True, host_timing: bool = True,
-                 rebatch_costs: bool = True, **policy_options):
+                 rebatch_costs: bool = True, fuse: Optional[bool] = None, **policy_options):
         if not isinstance(chunk_size, int) or chunk_size <= 0:
             raise ValueError(f"chunk_size must be a positive integer, got {chunk_size!r}")
         if not (isinstance(noise, (int, float)) and noise >= 0 and math.isfinite(noise)):
@@ -137,6 +145,11 @@ class Simulator:
             raise ValueError(f"output_token {output_token} is outside the vocabulary [0, {vocab_size})")
         self.cost_model = _as_cost_model(cost_model)
         self.policy = make_policy(policy, **policy_options)
+        if fuse not in (None, True, False):
+            raise ValueError(f"fuse must be None, True or False, got {fuse!r}")
+        # as the engine: packed steps when the policy asks for them (the simulator has no model
+        # to check; fuse=False simulates an engine whose model cannot pack)
+        self.fuse = bool(fuse if fuse is not None else getattr(self.policy, "fuse", False))
         self.chunk_size = chunk_size
         self.vocab_size = vocab_size
         self.max_context = max_context
@@ -248,6 +261,7 @@ class Simulator:
                 if len(self._decoding) > 1:  # merged into a BatchKVCache (a lone stream keeps its cache)
                     join_tokens = len(self._decoding) * max(s.prefill_tokens + s.issued for s in self._decoding)
             rows = list(self._decoding)
+        fused = bool(rows and plan.prefill and self.fuse)
         if rows:
             for s in rows:
                 s.issued += 1
@@ -257,6 +271,27 @@ class Simulator:
             # what the forward reads: a batch of two or more is one BatchKVCache, left-padded to
             # its longest row, so every row costs the longest context (a lone row its own)
             decode_ctx = len(rows) * max(contexts) if (self.padded_kv and len(rows) > 1) else sum(contexts)
+        if fused:  # one packed forward: the chunks start with it, the tokens come at its end
+            chunks = [(n, self._seqs[i].prefilled) for i, n in plan.prefill]
+            total = max(0.0, cm.predict(len(rows), decode_ctx, chunks, **self._rebatch_kw(join_tokens, drop_tokens)))
+            start = t if self._tail is None else max(t, self._busy_until)
+            self._flush(read_at=t)  # the previous decode-only step's tokens, read after queueing this one
+            for seq_id, n in plan.prefill:
+                seq = self._seqs[seq_id]
+                if not seq.started:
+                    seq.started = True
+                    seq.req.state = PREFILLING
+                    seq.req.prefill_start_s = t
+                rec.prefill.append((seq.req.id, n, seq.prefilled))
+                seq.prefilled += n
+                if seq.prefilled == seq.prefill_tokens:
+                    self._queue.remove(seq)
+                    self._ready.append(seq)
+            t = start + total * factor
+            self._busy_until = t
+            self._pending = (rows, t, rec)
+            self._flush(read_at=t)
+        elif rows:
             decode_s = max(0.0, cm.predict(len(rows), decode_ctx, [], **self._rebatch_kw(join_tokens, drop_tokens)))
             decode_s *= factor
             if self._tail is None:  # tokens stamped when their own step ends
@@ -276,7 +311,7 @@ class Simulator:
                 deferred = True
         else:
             t = self._flush(read_at=t)  # waits for a forward still running
-        if plan.prefill:
+        if plan.prefill and not fused:
             chunks = []
             for seq_id, n in plan.prefill:
                 chunks.append((n, self._seqs[seq_id].prefilled))

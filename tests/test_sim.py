@@ -22,6 +22,30 @@ def tiny():
     return load_model("tiny", dtype="float32")
 
 
+def test_hand_computed_packed_steps_under_stall_free():
+    """stall_free packs a step's decode and chunk into one forward (as the engine does): the step
+    costs the whole prediction, its chunk starts with it and its token comes at its end.
+    A (11 tokens: 10 prefilled), budget 21. step 0 prefill: A 10 (0.1 + 0.010) -> 0.110.
+    B (61 tokens: 60 prefilled) arrives. step 1 packed: decode A + B 20 -> 0.010 + 0.001 + 0.1 +
+    0.020 = 0.131 -> A's first token at 0.241 (back to back it would come at 0.121)."""
+    sim = Simulator(HAND, policy="stall_free", token_budget=21, chunk_size=64)
+    assert sim.fuse
+    a = sim.submit(list(range(1, 12)), 4, tenant="chat")
+    sim.step()
+    b = sim.submit(list(range(1, 62)), 1, tenant="batch", arrival_s=sim.now())
+    rec = sim.step()
+    assert rec.phase == "mixed" and rec.prefill == [(b.id, 20, 0)]
+    assert b.prefill_start_s == pytest.approx(0.110)
+    assert a.token_times_s == [pytest.approx(0.241)] and rec.end_s == pytest.approx(0.241)
+    sim.run()
+    unfused = Simulator(HAND, policy="stall_free", token_budget=21, chunk_size=64, fuse=False)
+    ua = unfused.submit(list(range(1, 12)), 4, tenant="chat")
+    unfused.step()
+    unfused.submit(list(range(1, 62)), 1, tenant="batch", arrival_s=unfused.now())
+    unfused.step()
+    assert ua.token_times_s == [pytest.approx(0.121)]
+
+
 def test_hand_computed_token_times_under_interleave():
     """Prompt A (11 tokens: 10 prefilled), prompt B (101 tokens: 100 prefilled), chunk 50.
     step 0 prefill: A 10 (0.1 + 0.010), B 50 (0.1 + 0.050)            -> ends 0.260
