@@ -49,10 +49,22 @@ def _bench_scheduling(args) -> int:
     print(f"[bench scheduling] {args.model}: {model.num_params / 1e6:.1f}M params, dtype={model.dtype}, "
           f"bits={model.bits}; scale {scale:.4g}, chunks {chunk_sizes}, workers {args.workers}, "
           f"repeats {repeats}", flush=True)
+    import json
+
+    from .results import results_dir
+
+    runs_path = results_dir(args.platform) / f"{args.name}_runs.jsonl"  # every run as it ends
+    runs_path.parent.mkdir(parents=True, exist_ok=True)
+    runs_path.write_text("")
+
+    def on_run(row: dict) -> None:
+        with runs_path.open("a") as f:
+            f.write(json.dumps(row, default=str) + "\n")
+
     study = scheduling_study(model, platform_scale=scale, policies=args.policies or ALL_POLICIES,
                              chunk_sizes=chunk_sizes, workers=args.workers, repeats=repeats,
                              stall_chunk=args.stall_chunk, gate_chunk=args.gate_chunk, seed=args.seed,
-                             log=None if args.quiet else (lambda line: print(line, flush=True)))
+                             log=None if args.quiet else (lambda line: print(line, flush=True)), on_run=on_run)
     study["model"] = {"preset": args.model, "dtype": str(model.dtype), "bits": model.bits,
                       "num_params": model.num_params, "nbytes": model.nbytes}
     study["config"]["quick"] = bool(args.quick)

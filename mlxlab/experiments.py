@@ -183,7 +183,8 @@ def scheduling_study(model, *, platform_scale: Optional[float] = None,
                      overlap_policy: str = "interleave",
                      chat_prompt_tokens: Optional[int] = None, batch_output_tokens: int = 4,
                      max_chat_tokens: int = 4096, seed: int = 0, warmup: bool = True,
-                     log: Optional[Callable[[str], None]] = None) -> dict:
+                     log: Optional[Callable[[str], None]] = None,
+                     on_run: Optional[Callable[[dict], None]] = None) -> dict:
     """Measure the stall and its fixes on the real engine, beside mlx-lm, on the same workloads.
 
     Args:
@@ -204,6 +205,8 @@ def scheduling_study(model, *, platform_scale: Optional[float] = None,
         max_chat_tokens: cap on the chat's output (it is sized to outlast the contention).
         warmup: run every executor kind once, unrecorded, before measuring.
         log: called with one line per run (e.g. ``print``).
+        on_run: called with each run's scalar metrics and configuration as it finishes (the
+            CLI appends them to a JSONL file, so a run cut short by a time limit keeps them).
 
     Returns a JSON-ready dict (NaN where nothing could be measured): ``config``, ``references``,
     ``claims`` (list of dicts: name, goal, measured, passed, evidence, status), ``table`` (one row
@@ -273,6 +276,8 @@ def scheduling_study(model, *, platform_scale: Optional[float] = None,
         m = run_metrics(res, chunk)
         runs.setdefault(key, []).append(m)
         meta.setdefault(key, info)
+        if on_run is not None:
+            on_run({"config": key, **info, **{k: v for k, v in m.items() if not isinstance(v, list)}})
         say(f"[scheduling] {key:34s} worst gap {m['chat_worst_gap_s'] * 1e3:9.1f} ms  "
             f"itl p99 {m['chat_itl_p99_s'] * 1e3:8.1f} ms  long TTFT {m['long_ttft_s']:8.3f} s  "
             f"chunk {m['chunk_time_s'] * 1e3:8.1f} ms  ({res.wall_s:.1f} s)")

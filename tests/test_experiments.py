@@ -124,3 +124,6 @@ def test_cli_writes_results(tiny, tmp_path, monkeypatch):
     doc = json.loads((tmp_path / "results" / "test" / "scheduling.json").read_text())
     assert {"environment", "config", "claims", "table", "references"} <= set(doc)
     assert doc["config"]["quick"] is True and doc["model"]["preset"] == "tiny"
+    # every finished run is also on disk as it ends, one JSON line each, so a cut run keeps them
+    lines = (tmp_path / "results" / "test" / "scheduling_runs.jsonl").read_text().splitlines()
+    assert len(lines) == len(doc["table"]) and all(json.loads(x)["config"] for x in lines)
