@@ -56,7 +56,8 @@ def test_study_structure(study):
     json.dumps(study)  # JSON-able (NaN allowed; save_results writes null)
     names = {c["name"] for c in study["claims"]}
     expected = {"stall_interleave", "stall_mlx_lm", "interleave_matches_mlx_lm", "admission_gate_bounded",
-                "slo_chat_itl", "slo_alone_ttft", "slo_not_dominated", "stall_free_chat_itl", "stall_free_fusion"}
+                "slo_chat_itl", "slo_alone_ttft", "slo_not_dominated", "stall_free_chat_itl", "stall_free_fusion",
+                "slo_packed_chat_itl"}
     assert expected <= names
     fusion = next(c for c in study["claims"] if c["name"] == "stall_free_fusion")
     # tiny is a qwen2 model: both the packed and the back-to-back runs had mixed steps to time
