@@ -64,6 +64,7 @@ def _bench_scheduling(args) -> int:
     study = scheduling_study(model, platform_scale=scale, policies=args.policies or ALL_POLICIES,
                              chunk_sizes=chunk_sizes, workers=args.workers, repeats=repeats,
                              stall_chunk=args.stall_chunk, gate_chunk=args.gate_chunk, seed=args.seed,
+                             slo_min_chunk=args.slo_min_chunk,
                              log=None if args.quiet else (lambda line: print(line, flush=True)), on_run=on_run)
     study["model"] = {"preset": args.model, "dtype": str(model.dtype), "bits": model.bits,
                       "num_params": model.num_params, "nbytes": model.nbytes}
@@ -109,6 +110,8 @@ def build_parser() -> argparse.ArgumentParser:
                     help="subset of interleave mlx_lm admission_gate stall_free slo overlap")
     bs.add_argument("--stall-chunk", type=int, default=2048)
     bs.add_argument("--gate-chunk", type=int, default=512)
+    bs.add_argument("--slo-min-chunk", type=int, default=32,
+                    help="smallest chunk slo may choose (on a CPU a 32-token chunk alone can exceed its ITL target)")
     bs.add_argument("--seed", type=int, default=0)
     bs.add_argument("--quiet", action="store_true", help="no line per run")
     bs.add_argument("--platform", default=None, help="results folder name (default: detected)")
