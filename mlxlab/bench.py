@@ -8,6 +8,7 @@ machine hits both equally.
 from __future__ import annotations
 
 import random
+import statistics
 import time
 from typing import Dict, List, Sequence
 
@@ -97,9 +98,7 @@ def _ratio(ours: List[float], theirs: List[float]) -> Dict:
     a, b = median_and_p99(ours), median_and_p99(theirs)
     paired = sorted(x / y for x, y in zip(ours, theirs))
     return {"mlxlab": a, "mlx_lm": b, "ratio": a["median"] / b["median"],
-            "paired_ratio_median": float(paired[len(paired) // 2]) if len(paired) % 2 else
-            float((paired[len(paired) // 2 - 1] + paired[len(paired) // 2]) / 2),
-            "paired_ratios": paired}
+            "paired_ratio_median": float(statistics.median(paired)), "paired_ratios": paired}
 
 
 def bench_engine(model, *, prompt_tokens: int = 512, decode_tokens: int = 128, batch: int = 8,

@@ -68,6 +68,7 @@ from mlx.utils import tree_flatten
 from mlx_lm.generate import maybe_quantize_kv_cache
 from mlx_lm.models.cache import BatchKVCache, KVCache, make_prompt_cache
 
+from .fused import can_fuse, packed_forward
 from .scheduler import Policy, SchedulerState, SeqView, StepPlan, check_plan, make_policy
 
 WAITING, PREFILLING, DECODING, DONE = "waiting", "prefilling", "decoding", "done"
@@ -353,8 +354,6 @@ class Engine:
         self.policy = make_policy(policy, **policy_options)
         if fuse not in (None, True, False):
             raise ValueError(f"fuse must be None, True or False, got {fuse!r}")
-        from .fused import can_fuse
-
         fusable, why = can_fuse(self.module)
         if fuse is True and not fusable:
             raise ValueError(f"fuse=True but this model cannot run packed steps ({why}); use fuse=False")
@@ -765,8 +764,6 @@ class Engine:
         groups = []  # (tokens, rows): the batch forward, then one per quantized-KV sequence
         packed = [(self._seqs[i], n) for i, n in chunks] if self._decoding else []
         if packed:
-            from .fused import packed_forward
-
             starts = [self._begin_chunk(seq) for seq, _ in packed]
             segs = [(mx.array(seq.req.prompt[a:a + n]), seq.cache) for (seq, n), a in zip(packed, starts)]
             logits = packed_forward(self.module, self._inputs, self._batch_cache, segs)

@@ -415,7 +415,7 @@ def test_a_fused_step_is_one_forward_and_unfused_is_two(tiny):
 def test_fuse_true_on_a_model_that_cannot_is_refused(tiny):
     from unittest import mock
 
-    with mock.patch("mlxlab.fused.can_fuse", return_value=(False, "model_type 'x' is not one of")):
+    with mock.patch("mlxlab.engine.can_fuse", return_value=(False, "model_type 'x' is not one of")):
         with pytest.raises(ValueError, match="use fuse=False"):
             Engine(tiny, policy="stall_free", fuse=True)
     with pytest.raises(ValueError, match="fuse must be"):
