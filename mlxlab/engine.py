@@ -219,8 +219,8 @@ def _thread_stream():
     """The calling thread's engine stream on the default device, made on first use and then
     kept for the life of the thread (mlx streams belong to the thread that made them). Every
     engine on a thread shares it, as every ``generate_step`` call shares mlx-lm's
-    ``generation_stream``: a fresh stream per engine made each engine's first forward pay the
-    backend's per-stream set-up again (suspected cause of the H200 single-request prefill falling to 0.7x mlx-lm after engines got their own streams)."""
+    ``generation_stream``. With a fresh stream per engine, single-request prefill on the H200 fell
+    to 0.68-0.72x of mlx-lm's; with one stream per thread it measured 1.13-1.20x (2026-11-29)."""
     dev = mx.default_device()
     streams = getattr(_STREAMS, "by_device", None)
     if streams is None:
@@ -371,7 +371,7 @@ class Engine:
         self._solo: List[_Seq] = []  # decoding with a quantized KV cache, each in its own forward
         self._batch_cache: Optional[list] = None
         self._inputs: Optional[mx.array] = None  # next decode input per row (may be in flight)
-        self._pending = None  # (tokens, seqs, step record) of a decode whose tokens are unread
+        self._pending = None  # ([(tokens, rows)], step record) of a decode whose tokens are unread
         self._seqs: Dict[int, _Seq] = {}
         # overlap mode. Guarded by _cv (shared with the worker): _job, _result, _stop.
         # Main thread only: the rest.
