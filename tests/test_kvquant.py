@@ -60,3 +60,34 @@ def test_decode_speed_reports_smaller_caches_for_fewer_bits(tiny):
     four = K.decode_speed(tiny, 300, 4, decode_tokens=4)
     assert four["kv_bytes"] < full["kv_bytes"] / 3
     assert full["decode_tok_s"] > 0 and four["decode_tok_s"] > 0
+
+
+def test_a_shape_the_probe_missed_becomes_a_row_not_a_lost_sweep(tiny):
+    """On the H200 the old probe passed and a real decode then failed at 513 keys: the sweep must
+    keep every other measurement and say what failed."""
+    real = K.decode_speed
+
+    def flaky(model, c, b, **kw):
+        if b == 4:
+            raise RuntimeError("[quantized_matmul] No implementation for problem shape: 1x513x128x12")
+        return real(model, c, b, **kw)
+
+    with mock.patch.object(K, "decode_speed", side_effect=flaky):
+        df = K.speed_sweep(tiny, [64], (None, 4), decode_tokens=2, repeats=1, progress=False)
+    ok, bad = df[df.kv_bits == "none"], df[df.kv_bits == "4"]
+    assert len(ok) == 1 and ok.decode_tok_s.iloc[0] > 0 and ok.error.iloc[0] == ""
+    assert len(bad) == 1 and "No implementation" in bad.error.iloc[0] and bad.decode_tok_s.isna().all()
+
+
+def test_the_probe_tries_the_models_own_shape(tiny):
+    shape = K.kv_shape(tiny)
+    assert shape == {"head_dim": tiny.head_dim, "n_heads": tiny.config["num_attention_heads"],
+                     "n_kv_heads": tiny.num_kv_heads, "dtype": "float32"}
+    K._probe.cache_clear()
+    with mock.patch.object(K, "quantized_scaled_dot_product_attention",
+                           side_effect=RuntimeError("no kernel")) as q:
+        ok, why = K.probe_model(tiny, 8)
+    K._probe.cache_clear()
+    assert not ok and "no kernel" in why and "context" in why
+    queries = q.call_args.args[0]
+    assert queries.shape[1] == shape["n_heads"] and queries.shape[-1] == shape["head_dim"]
