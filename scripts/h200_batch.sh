@@ -31,7 +31,8 @@ case "$part" in
     T=480 run $H validate-sim --model qwen2.5-coder-1.5b --bits 4 --scale 8 --chunk-size 2048 --repeats 3 ;;
   sched)
     export MLX_CUDA_USE_CUDNN_SPDA=0
-    T=540 run $H bench scheduling --model qwen2.5-coder-1.5b --bits 4 --repeats 1 --workers 1 2 4 ;;
+    T=540 run $H bench scheduling --model qwen2.5-coder-1.5b --bits 4 --repeats 1 --workers 1 2 4 \
+      --chunk-sizes 512 1024 2048 ;;
   sched_cudnn)
     T=540 run $H bench scheduling --model qwen2.5-coder-1.5b --bits 4 --repeats 1 --workers 1 2 4 \
       --name scheduling_cudnn ;;
