@@ -35,7 +35,7 @@ case "$part" in
       --chunk-sizes 512 1024 2048 ;;
   sched_cudnn)
     T=540 run $H bench scheduling --model qwen2.5-coder-1.5b --bits 4 --repeats 1 --workers 1 2 4 \
-      --name scheduling_cudnn ;;
+      --chunk-sizes 512 1024 2048 --name scheduling_cudnn ;;
   singlereq)
     T=240 run env PYTHONPATH=.mlxcuda/site:. MLXLAB_PLATFORM=h200 PYTHONUNBUFFERED=1 python3 scripts/h200_singlereq.py ;;
   *) echo "unknown PART $part" >&2; exit 2 ;;
