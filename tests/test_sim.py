@@ -322,12 +322,9 @@ def test_validation_on_tiny_within_noise_derived_tolerance(tiny):
     for r in rows:
         assert r["tolerance"] >= 0.10 and r["tolerance"] == pytest.approx(max(0.10, 3 * r["noise"]))
     assert all(r["sim"] > 0 and r["engine"] > 0 for r in rows)
-    passed = sum(r["passed"] for r in rows)
-    if passed < 5:
-        # the accuracy goal of issue #5 is not met reliably on this CPU yet: report it as a known
-        # failure (visible in every run) instead of a red CI that no code change here can fix
-        pytest.xfail(f"simulator within the noise-derived tolerance on only {passed}/6 metrics: {rows}")
-    assert passed >= 5, rows
+    # binding since the cost model learned the host overhead, the decode tail and the batch
+    # merges (passed 6 of 6 runs here, three of them beside a CPU-heavy notebook run)
+    assert sum(r["passed"] for r in rows) >= 5, rows
 
 
 def test_a_batch_decode_reads_the_padded_kv():
