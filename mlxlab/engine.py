@@ -35,7 +35,7 @@ two mlx streams from two threads, so decoding does not wait for a chunk to finis
   sequence's prefill progress) in between. The batch cache, the decode inputs and every queue
   belong to the main thread only. While the worker holds a sequence, the policy does not see it
   in ``prefill_queue`` (it is neither idle nor schedulable), so plans stay valid for
-  :func:`mlxlab.scheduler.check_plan`.
+  :func:`mlxlab.scheduler.next_plan` (which checks it with :func:`mlxlab.scheduler.check_plan`).
 * **Records.** ``engine.steps`` holds the records of both threads in the order they started
   (a prefill record is appended at hand-over; its ``start_s`` is when the worker began it);
   ``thread`` says which thread ran it. ``policy.observe`` is only ever called on the main
@@ -69,7 +69,7 @@ from mlx_lm.generate import maybe_quantize_kv_cache
 from mlx_lm.models.cache import BatchKVCache, KVCache, make_prompt_cache
 
 from .fused import can_fuse, packed_forward
-from .scheduler import Policy, SchedulerState, SeqView, StepPlan, check_plan, make_policy
+from .scheduler import Policy, SchedulerState, SeqView, make_policy, next_plan
 
 WAITING, PREFILLING, DECODING, DONE = "waiting", "prefilling", "decoding", "done"
 OVERLAP_SYNCS = ("layer", "pipelined", "chunk")
@@ -468,8 +468,7 @@ class Engine:
 
     def _step(self) -> Optional[StepRecord]:
         state = self.state()
-        plan = self.policy.schedule(state) if (state.prefill_queue or state.decoding) else StepPlan()
-        check_plan(plan, state)
+        plan = next_plan(self.policy, state)
         if plan.empty:
             self._flush()
             return None
@@ -636,8 +635,7 @@ class Engine:
         while True:
             self._collect()
             state = self.state()
-            plan = self.policy.schedule(state) if (state.prefill_queue or state.decoding) else StepPlan()
-            check_plan(plan, state)
+            plan = next_plan(self.policy, state)
             handed = None
             if plan.prefill and not self._busy:  # a busy worker skips this step's chunks
                 handed = self._hand_over(plan.prefill)

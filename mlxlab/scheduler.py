@@ -271,6 +271,14 @@ def make_policy(policy: "str | Policy", **kwargs) -> Policy:
     return factory(**kwargs)
 
 
+def next_plan(policy: Policy, state: SchedulerState) -> StepPlan:
+    """The policy's plan for ``state`` (an empty plan when nothing waits or decodes), checked
+    with :func:`check_plan`: what every executor asks before a step."""
+    plan = policy.schedule(state) if (state.prefill_queue or state.decoding) else StepPlan()
+    check_plan(plan, state)
+    return plan
+
+
 def check_plan(plan: StepPlan, state: SchedulerState) -> None:
     """Raise ``ValueError`` if a plan asks for something the state cannot give: an unknown or
     repeated sequence, a chunk of no tokens or past the end of its prompt."""

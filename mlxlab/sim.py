@@ -69,7 +69,7 @@ import numpy as np
 
 from .engine import DECODING, DONE, PREFILLING, Request, StepRecord, validate_request
 from .engine import _Seq as _EngineSeq
-from .scheduler import Policy, SchedulerState, StepPlan, check_plan, make_policy
+from .scheduler import Policy, SchedulerState, make_policy, next_plan
 
 DEFAULT_VOCAB_SIZE = 2**31 - 1  # accept any non-negative 32-bit id unless told the model's
 DEFAULT_MAX_CONTEXT = 131072
@@ -233,8 +233,7 @@ class Simulator:
     def step(self) -> Optional[StepRecord]:
         """Plan and charge one step; returns its record, or None if there was nothing to do."""
         state = self.state()
-        plan = self.policy.schedule(state) if (state.prefill_queue or state.decoding) else StepPlan()
-        check_plan(plan, state)
+        plan = next_plan(self.policy, state)
         if plan.empty:
             self._flush()
             return None
