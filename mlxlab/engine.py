@@ -35,7 +35,7 @@ two mlx streams from two threads, so decoding does not wait for a chunk to finis
   sequence's prefill progress) in between. The batch cache, the decode inputs and every queue
   belong to the main thread only. While the worker holds a sequence, the policy does not see it
   in ``prefill_queue`` (it is neither idle nor schedulable), so plans stay valid for
-  :func:`mlxlab.scheduler.next_plan` (which checks it with :func:`mlxlab.scheduler.check_plan`).
+  :func:`mlxlab.scheduler.check_plan` (which :func:`mlxlab.scheduler.next_plan` applies).
 * **Records.** ``engine.steps`` holds the records of both threads in the order they started
   (a prefill record is appended at hand-over; its ``start_s`` is when the worker began it);
   ``thread`` says which thread ran it. ``policy.observe`` is only ever called on the main
