@@ -43,27 +43,25 @@ def can_fuse(module) -> Tuple[bool, str]:
     return True, ""
 
 
-def _store(attn, k, v, cache, rows: int) -> None:
-    """Only write a segment's keys and values to its cache (a chunk in the last layer: its
-    attention output would feed nothing)."""
-    L = k.shape[1] // rows
-    k = k.reshape(rows, L, attn.n_kv_heads, -1).transpose(0, 2, 1, 3)
-    v = v.reshape(rows, L, attn.n_kv_heads, -1).transpose(0, 2, 1, 3)
-    cache.update_and_fetch(attn.rope(k, offset=cache.offset), v)
+def _heads(x, rows: int, n_heads: int):
+    """(1, rows * L, n_heads * d) -> (rows, n_heads, L, d), as mlx-lm's attention lays it out."""
+    return x.reshape(rows, x.shape[1] // rows, n_heads, -1).transpose(0, 2, 1, 3)
+
+
+def _store(attn, k, v, cache, rows: int):
+    """Rope and write a segment's keys and values to its cache; returns what the cache holds.
+    Alone, for a chunk in the last layer, whose attention output would feed nothing."""
+    k = attn.rope(_heads(k, rows, attn.n_kv_heads), offset=cache.offset)
+    return cache.update_and_fetch(k, _heads(v, rows, attn.n_kv_heads))
 
 
 def _attend(attn, q, k, v, cache, mask, rows: int):
     """Attention of one segment. ``q``/``k``/``v`` are (1, rows * L, features) slices of the
     packed projections; ``rows`` > 1 means a decode batch (one query per row)."""
-    L = q.shape[1] // rows
-    q = q.reshape(rows, L, attn.n_heads, -1).transpose(0, 2, 1, 3)
-    k = k.reshape(rows, L, attn.n_kv_heads, -1).transpose(0, 2, 1, 3)
-    v = v.reshape(rows, L, attn.n_kv_heads, -1).transpose(0, 2, 1, 3)
-    q = attn.rope(q, offset=cache.offset)
-    k = attn.rope(k, offset=cache.offset)
-    k, v = cache.update_and_fetch(k, v)
+    q = attn.rope(_heads(q, rows, attn.n_heads), offset=cache.offset)  # before the cache moves on
+    k, v = _store(attn, k, v, cache, rows)
     out = scaled_dot_product_attention(q, k, v, cache=cache, scale=attn.scale, mask=mask)
-    return out.transpose(0, 2, 1, 3).reshape(1, rows * L, -1)
+    return out.transpose(0, 2, 1, 3).reshape(1, q.shape[0] * q.shape[2], -1)
 
 
 def packed_forward(module, decode_inputs: mx.array, decode_cache: list,

@@ -276,16 +276,7 @@ class Simulator:
             start = t if self._tail is None else max(t, self._busy_until)
             self._flush(read_at=t)  # the previous decode-only step's tokens, read after queueing this one
             for seq_id, n in plan.prefill:
-                seq = self._seqs[seq_id]
-                if not seq.started:
-                    seq.started = True
-                    seq.req.state = PREFILLING
-                    seq.req.prefill_start_s = t
-                rec.prefill.append((seq.req.id, n, seq.prefilled))
-                seq.prefilled += n
-                if seq.prefilled == seq.prefill_tokens:
-                    self._queue.remove(seq)
-                    self._ready.append(seq)
+                self._chunk(self._seqs[seq_id], n, t, rec)
             t = start + total * factor
             self._busy_until = t
             self._pending = (rows, t, rec)
@@ -318,18 +309,8 @@ class Simulator:
             each = [max(0.0, cm.predict(0, 0, [c])) for c in chunks]
             scale = (max(0.0, total) / sum(each)) if sum(each) > 0 else 0.0
             for (seq_id, n), cost in zip(plan.prefill, each):
-                seq = self._seqs[seq_id]
-                req = seq.req
-                if not seq.started:
-                    seq.started = True
-                    req.state = PREFILLING
-                    req.prefill_start_s = t
-                rec.prefill.append((req.id, n, seq.prefilled))
-                seq.prefilled += n
+                self._chunk(self._seqs[seq_id], n, t, rec)
                 t += cost * scale * factor
-                if seq.prefilled == seq.prefill_tokens:
-                    self._queue.remove(seq)
-                    self._ready.append(seq)
         if not rec.decode_seqs and not rec.prefill:  # as the engine: nothing ran
             self.steps.pop()
             return None
@@ -375,6 +356,18 @@ class Simulator:
     def _active_decoding(self) -> List[_SimSeq]:
         return [s for s in self._decoding
                 if not s.req.done and not s.stopped and s.issued < s.req.max_tokens]
+
+    def _chunk(self, seq: _SimSeq, n: int, t: float, rec: StepRecord) -> None:
+        """Book a chunk of ``n`` prompt tokens starting at ``t``; a finished prefill becomes ready."""
+        if not seq.started:
+            seq.started = True
+            seq.req.state = PREFILLING
+            seq.req.prefill_start_s = t
+        rec.prefill.append((seq.req.id, n, seq.prefilled))
+        seq.prefilled += n
+        if seq.prefilled == seq.prefill_tokens:
+            self._queue.remove(seq)
+            self._ready.append(seq)
 
     def _join_ready(self, t: float) -> None:
         ready, self._ready = self._ready, []
