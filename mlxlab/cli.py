@@ -64,12 +64,12 @@ def _bench_scheduling(args) -> int:
     study = scheduling_study(model, platform_scale=scale, policies=args.policies or ALL_POLICIES,
                              chunk_sizes=chunk_sizes, workers=args.workers, repeats=repeats,
                              stall_chunk=args.stall_chunk, gate_chunk=args.gate_chunk, seed=args.seed,
-                             slo_min_chunk=args.slo_min_chunk,
+                             slo_min_chunk=args.slo_min_chunk, slo_chunk_multiple=args.slo_chunk_multiple,
                              log=None if args.quiet else (lambda line: print(line, flush=True)), on_run=on_run)
     study["model"] = {"preset": args.model, "dtype": str(model.dtype), "bits": model.bits,
                       "num_params": model.num_params, "nbytes": model.nbytes}
     study["config"]["quick"] = bool(args.quick)
-    import os  # backend switches change what is measured (e.g. MLX_CUDA_USE_CUDNN_SPDA=0): keep them with it
+    import os  # backend switches change what is measured (e.g. MLX_CUDA_USE_CUDNN_SDPA=0): keep them with it
 
     study["config"]["mlx_env"] = {k: v for k, v in os.environ.items() if k.startswith("MLX_")}
     print(format_table(study))
@@ -112,6 +112,9 @@ def build_parser() -> argparse.ArgumentParser:
     bs.add_argument("--gate-chunk", type=int, default=512)
     bs.add_argument("--slo-min-chunk", type=int, default=32,
                     help="smallest chunk slo may choose (on a CPU a 32-token chunk alone can exceed its ITL target)")
+    bs.add_argument("--slo-chunk-multiple", type=int, default=1,
+                    help="slo rounds its chunks down to multiples of this (fewer shapes for a backend that "
+                         "prepares work per query length, e.g. mlx CUDA)")
     bs.add_argument("--seed", type=int, default=0)
     bs.add_argument("--quiet", action="store_true", help="no line per run")
     bs.add_argument("--platform", default=None, help="results folder name (default: detected)")

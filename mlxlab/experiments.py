@@ -134,6 +134,8 @@ def run_metrics(res, chunk_size: Optional[int] = None) -> dict:
         "chunk_time_max_s": chunk_max,
         "mixed_step_s": mixed_step,  # median step that ran a decode and a chunk together
         "chosen_chunk_median": float(np.median(chosen)) if chosen else None,
+        # slo: the share of its decisions where no chunk size could meet the ITL target
+        "infeasible_fraction": getattr(pol, "infeasible_steps", 0) / len(chosen) if chosen else None,
         "steps": int(len(tl)),
         "wall_s": res.wall_s,
         "complete": res.complete,
@@ -157,6 +159,8 @@ def aggregate(runs: List[dict]) -> dict:
     out["chat_covered_fraction"] = (sum(cov) / len(cov)) if cov else None
     ch = [r["chosen_chunk_median"] for r in runs if r["chosen_chunk_median"] is not None]
     out["chosen_chunk_median"] = _med(ch) if ch else None
+    inf = [r["infeasible_fraction"] for r in runs if r.get("infeasible_fraction") is not None]
+    out["infeasible_fraction"] = _med(inf) if inf else None
     out["complete"] = all(r["complete"] for r in runs)
     return out
 
@@ -179,7 +183,7 @@ def scheduling_study(model, *, platform_scale: Optional[float] = None,
                      workers: Sequence[int] = (1, 2, 4), repeats: int = 3,
                      stall_chunk: int = 2048, gate_chunk: int = 512,
                      stall_free_budget: Optional[int] = None,
-                     slo_min_chunk: int = 32, slo_max_chunk: int = 2048,
+                     slo_min_chunk: int = 32, slo_max_chunk: int = 2048, slo_chunk_multiple: int = 1,
                      overlap_policy: str = "interleave",
                      chat_prompt_tokens: Optional[int] = None, batch_output_tokens: int = 4,
                      max_chat_tokens: int = 4096, seed: int = 0, warmup: bool = True,
@@ -200,6 +204,7 @@ def scheduling_study(model, *, platform_scale: Optional[float] = None,
         stall_chunk, gate_chunk: chunk sizes of the stall and gate runs.
         stall_free_budget: ``stall_free``'s token budget (default ``gate_chunk``).
         slo_min_chunk, slo_max_chunk: ``slo``'s chunk range; its ITL target is 2x solo ITL.
+        slo_chunk_multiple: ``slo`` rounds its chunks down to multiples of this (1: any size).
         overlap_policy: the policy the ``overlap=True`` engine runs.
         batch_output_tokens: tokens each long prompt generates (few: nobody watches them).
         max_chat_tokens: cap on the chat's output (it is sized to outlast the contention).
@@ -359,6 +364,8 @@ def scheduling_study(model, *, platform_scale: Optional[float] = None,
                           chunk_size=sf_budget, workers=1, options=uopts)))
     if "slo" in wanted:
         opts = {"itl_target_s": itl_target, "min_chunk": slo_min_chunk, "max_chunk": slo_max_chunk}
+        if slo_chunk_multiple > 1:
+            opts["chunk_multiple"] = int(slo_chunk_multiple)
         jobs.append(("contended/slo", "slo", slo_max_chunk, opts, steps_out(1, slo_min_chunk), 1, hi,
                      dict(scenario="contended", executor="engine", policy="slo", chunk_size=slo_max_chunk,
                           workers=1, options=opts)))
@@ -378,6 +385,21 @@ def scheduling_study(model, *, platform_scale: Optional[float] = None,
                          time_out(1.2 * calib_alone.get(c, calib_alone[REFERENCE_CHUNK])), 1, hi,
                          dict(scenario="overlap", executor="engine(overlap)", policy=overlap_policy,
                               chunk_size=c, workers=1)))
+    if warmup:
+        # Every contention job's executor once, short and unrecorded. On the H200 the first slo
+        # run (32-token chunks, which no earlier run had used) held one step for 40 s while mlx
+        # compiled for the new shapes, in both cuDNN settings; the packed slo run after it had
+        # no such step.
+        t0, seen = time.perf_counter(), set()
+        for key, kind, chunk, opts, chat_out, w, ptoks, info in jobs:
+            sig = (kind, chunk, tuple(sorted(opts.items())))
+            if sig in seen:
+                continue
+            seen.add(sig)
+            n = min(hi, 2 * chunk + 16)
+            run(executor(kind, chunk, **opts), workload(8 + math.ceil(n / opts.get("min_chunk", chunk)), 1, n, 0.0))
+        say(f"[scheduling] warm-up of {len(seen)} contention executors done ({time.perf_counter() - t0:.1f} s)")
+
     for rep in range(repeats):
         if rep:
             references()
@@ -485,7 +507,8 @@ def scheduling_study(model, *, platform_scale: Optional[float] = None,
                 "long_ttft_over_alone_2048": _ratio(a["long_ttft_s"], alone_ref),
                 "alone_ttft_best_s": alone_best,
                 "long_ttft_over_alone_best": _ratio(a["long_ttft_s"], alone_best),
-                "chat_covered_fraction": a["chat_covered_fraction"], "chosen_chunk_median": a["chosen_chunk_median"]}
+                "chat_covered_fraction": a["chat_covered_fraction"], "chosen_chunk_median": a["chosen_chunk_median"],
+                "infeasible_fraction": a["infeasible_fraction"], "mixed_step_s": a["mixed_step_s"]}
 
     tradeoff = {c: agg[f"tradeoff/interleave/c{c}"] for c in chunk_sizes}
     if "slo" in wanted:
@@ -564,6 +587,7 @@ def scheduling_study(model, *, platform_scale: Optional[float] = None,
                    "policies": list(policies), "policies_run": sorted(wanted), "chunk_sizes": chunk_sizes,
                    "workers": workers, "repeats": repeats, "stall_chunk": stall_chunk, "gate_chunk": gate_chunk,
                    "stall_free_budget": sf_budget, "slo_min_chunk": slo_min_chunk, "slo_max_chunk": slo_max_chunk,
+                   "slo_chunk_multiple": slo_chunk_multiple,
                    "overlap_policy": overlap_policy, "batch_output_tokens": batch_output_tokens,
                    "batch_arrival_s": delay, "seed": seed, "warmup": warmup,
                    "model": getattr(model, "name", type(model).__name__)},

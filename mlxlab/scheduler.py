@@ -191,15 +191,33 @@ class SLOChunking(Policy):
     The cost model (:class:`mlxlab.costmodel.StepCostModel`) is refitted from the executor's own
     step records every ``refit_every`` observations; until it has ``min_observations`` it plays
     safe with ``min_chunk``. A pre-fitted model (from ``mlxlab profile``) can be passed in.
-    ``interactive_tenants`` limits whose decoding counts (default: every decoding stream)."""
+    ``interactive_tenants`` limits whose decoding counts (default: every decoding stream).
+
+    When even a ``min_chunk`` step is predicted over the target, no chunk size can meet it (on
+    the H200 a 32-token chunk beside a decode costs ~26 ms against a 6 ms decode: every prefill
+    forward has a fixed cost). Crawling at ``min_chunk`` then misses the ITL target anyway and
+    multiplies the prompt's TTFT by its chunk count (38x alone, measured), so the budget becomes
+    ``infeasible_slack`` times the ``min_chunk`` step: the ITL stays within that factor of the
+    best it could be while the prompt advances in larger chunks. ``infeasible_slack=1`` keeps
+    the crawl.
+
+    ``chunk_multiple`` rounds each chosen chunk down to a multiple of it (never below
+    ``min_chunk``). A backend that prepares work per query length (mlx's CUDA attention and
+    matmuls) pays that again for every new size; a grid keeps the sizes few."""
 
     name = "slo"
 
     def __init__(self, itl_target_s: float = 0.05, min_chunk: int = 32, max_chunk: int = 2048,
                  cost_model=None, interactive_tenants: Optional[Sequence[str]] = None,
-                 refit_every: int = 16, min_observations: int = 8, history: int = 512):
+                 refit_every: int = 16, min_observations: int = 8, history: int = 512,
+                 infeasible_slack: float = 2.0, chunk_multiple: int = 1):
         if itl_target_s <= 0:
             raise ValueError(f"itl_target_s must be positive, got {itl_target_s}")
+        if chunk_multiple < 1:
+            raise ValueError(f"chunk_multiple must be >= 1, got {chunk_multiple}")
+        if not infeasible_slack >= 1:
+            raise ValueError(f"infeasible_slack must be >= 1 (1 keeps min_chunk when the target cannot "
+                             f"be met), got {infeasible_slack}")
         if not 1 <= min_chunk <= max_chunk:
             raise ValueError(f"need 1 <= min_chunk <= max_chunk, got {min_chunk}, {max_chunk}")
         from .costmodel import StepCostModel  # numpy only: policies stay free of MLX
@@ -210,8 +228,11 @@ class SLOChunking(Policy):
         self._learn = cost_model is None
         self.interactive_tenants = set(interactive_tenants) if interactive_tenants else None
         self.refit_every, self.min_observations, self.history = refit_every, min_observations, history
+        self.infeasible_slack = float(infeasible_slack)
+        self.chunk_multiple = int(chunk_multiple)
         self._records: List[dict] = []
         self.chosen: List[int] = []  # chunk sizes chosen while streams decoded (for plots)
+        self.infeasible_steps = 0  # of those, how many had no chunk size meeting the target
 
     def observe(self, record: dict) -> None:
         if not self._learn:
@@ -238,15 +259,23 @@ class SLOChunking(Policy):
         elif not self.cost_model.fitted:
             n = self.min_chunk
         else:
-            n = self.cost_model.largest_chunk(
-                self.itl_target_s, len(state.decoding), sum(d.context_tokens for d in state.decoding),
-                s.prefilled_tokens, self.min_chunk, self.max_chunk)
+            batch, ctx = len(state.decoding), sum(d.context_tokens for d in state.decoding)
+            budget = self.itl_target_s
+            floor = self.cost_model.predict(batch, ctx, [(self.min_chunk, s.prefilled_tokens)])
+            if floor > budget:  # the target cannot be met: see the class docstring
+                self.infeasible_steps += 1
+                budget = self.infeasible_slack * floor
+            n = self.cost_model.largest_chunk(budget, batch, ctx, s.prefilled_tokens, self.min_chunk, self.max_chunk)
+            if self.chunk_multiple > 1:
+                n = max(self.min_chunk, n - n % self.chunk_multiple)
             self.chosen.append(n)
         plan.prefill.append((s.seq_id, min(n, s.remaining_prefill)))
         return plan
 
     def __repr__(self) -> str:
-        return f"SLOChunking(itl_target_s={self.itl_target_s}, min_chunk={self.min_chunk}, max_chunk={self.max_chunk})"
+        return (f"SLOChunking(itl_target_s={self.itl_target_s}, min_chunk={self.min_chunk}, "
+                f"max_chunk={self.max_chunk}, infeasible_slack={self.infeasible_slack}, "
+                f"chunk_multiple={self.chunk_multiple})")
 
 
 POLICIES: Dict[str, Callable[..., Policy]] = {

@@ -8,14 +8,15 @@
 # PART (what each answers; seconds measured on 2026-11-29 where known):
 #   engine     issue 2: bench engine, 3 presets, 9 paired repeats of 128 decode tokens (~200 s)
 #   sim        issue 5: validate-sim (it measures its own profile), coder-1.5b 4-bit (~200 s, estimated)
-#   sched      issue 3: the scheduling study, one repeat, cuDNN attention off (took > 330 s; give it
-#              the whole call). With cuDNN on, every new (query, key) length builds a cuDNN graph:
-#              ~50 ms per chunk on first use, and `slo` (a new chunk size every step) ran 136 s.
-#   sched_cudnn  the same study with mlx's default cuDNN attention, for the comparison
+#   sched      issue 3: the scheduling study, one repeat, cuDNN attention off (314 s). With cuDNN on,
+#              every new (query, key) length builds a cuDNN graph: ~50 ms per chunk on first use.
+#   sched_cudnn  the same study with mlx's default cuDNN attention, for the comparison (475 s)
+#   slo        issue 3: the slo runs alone (references, tradeoff sweep, slo packed and not)
+#   engine05   issue 2: bench engine for qwen2.5-0.5b alone, 9 paired repeats
 #   singlereq  issue 4: warm-up per preset, KV probe and speed, prefix restores (done 2026-11-29)
 set -uo pipefail
 cd "$(dirname "$0")/.."
-part=${1:?give a PART: engine | sim | sched | sched_cudnn | singlereq}
+part=${1:?give a PART: engine | engine05 | sim | sched | sched_cudnn | slo | singlereq}
 H="bash scripts/h200.sh"
 LOG=${OUT:-/tmp}/logs/$part.log
 mkdir -p "$(dirname "$LOG")"
@@ -25,17 +26,28 @@ run() {
 }
 case "$part" in
   engine)
-    T=420 run $H bench engine --models qwen2.5-0.5b llama-3.2-1b qwen2.5-coder-1.5b --bits 4 \
+    T=${T_ENGINE:-420} run $H bench engine --models qwen2.5-0.5b llama-3.2-1b qwen2.5-coder-1.5b --bits 4 \
       --prompt-tokens 4096 --decode-tokens 128 --repeats 9 ;;
   sim)
-    T=480 run $H validate-sim --model qwen2.5-coder-1.5b --bits 4 --scale 8 --chunk-size 2048 --repeats 3 ;;
+    export MLX_CUDA_USE_CUDNN_SDPA=0  # no per-shape cuDNN graph builds in the step times the fit sees
+    T=${T_SIM:-480} run $H validate-sim --model qwen2.5-coder-1.5b --bits 4 --scale 8 --chunk-size 2048 --repeats 3 ;;
   sched)
-    export MLX_CUDA_USE_CUDNN_SPDA=0
+    export MLX_CUDA_USE_CUDNN_SDPA=0
     T=540 run $H bench scheduling --model qwen2.5-coder-1.5b --bits 4 --repeats 1 --workers 1 2 4 \
       --chunk-sizes 512 1024 2048 ;;
   sched_cudnn)
     T=540 run $H bench scheduling --model qwen2.5-coder-1.5b --bits 4 --repeats 1 --workers 1 2 4 \
       --chunk-sizes 512 1024 2048 --name scheduling_cudnn ;;
+  slo)
+    # the slo runs alone, after slo learned to leave an unreachable target (infeasible_slack) and
+    # the study warms every contention executor up first
+    export MLX_CUDA_USE_CUDNN_SDPA=0
+    T=${T_SLO:-300} run $H bench scheduling --model qwen2.5-coder-1.5b --bits 4 --repeats 1 --workers 1 \
+      --chunk-sizes 512 1024 2048 --policies slo --name scheduling_slo ${SLO_ARGS:-} ;;
+  engine05)
+    # the one preset whose ratios the 5-repeat run left unsettled, alone, 9 paired repeats
+    T=${T_ENGINE:-300} run $H bench engine --models qwen2.5-0.5b --bits 4 --prompt-tokens 4096 \
+      --decode-tokens 128 --repeats 9 --name bench_engine_qwen2.5-0.5b ;;
   singlereq)
     T=240 run env PYTHONPATH=.mlxcuda/site:. MLXLAB_PLATFORM=h200 PYTHONUNBUFFERED=1 python3 scripts/h200_singlereq.py ;;
   *) echo "unknown PART $part" >&2; exit 2 ;;

@@ -182,7 +182,39 @@ def test_slo_learns_online_from_observed_steps():
     assert 300 <= n <= 460
 
 
+def test_slo_with_an_unreachable_target_takes_the_largest_chunk_within_slack_of_the_smallest_step():
+    # 5 ms decode + 1 ms per chunk + 20 us/token: a 3 ms target cannot be met by any chunk
+    cm = _fitted_cost_model()
+    st = SchedulerState(0, 4096, [SeqView(1, "b", 0, 20000, 0)], [SeqView(2, "chat", 0, 5, 5, 1, 99)])
+    ctx = st.decoding[0].context_tokens
+    floor = cm.predict(1, ctx, [(16, 0)])  # ~6.3 ms at min_chunk
+    pol = make_policy("slo", itl_target_s=0.003, min_chunk=16, max_chunk=4096, cost_model=cm)
+    (_, n), = pol.schedule(st).prefill
+    assert cm.predict(1, ctx, [(n, 0)]) <= 2 * floor < cm.predict(1, ctx, [(n + 1, 0)])
+    assert 300 <= n <= 340 and pol.infeasible_steps == 1  # (12.6 ms - 6 ms) / 20 us ~ 315
+    crawl = make_policy("slo", itl_target_s=0.003, min_chunk=16, max_chunk=4096, cost_model=cm, infeasible_slack=1)
+    assert crawl.schedule(st).prefill == [(1, 16)]
+    reachable = make_policy("slo", itl_target_s=0.015, min_chunk=16, max_chunk=4096, cost_model=cm)
+    reachable.schedule(st)
+    assert reachable.infeasible_steps == 0
+
+
+def test_slo_chunk_multiple_rounds_down_to_the_grid_but_not_below_min_chunk():
+    cm = _fitted_cost_model()
+    st = SchedulerState(0, 4096, [SeqView(1, "b", 0, 20000, 0)], [SeqView(2, "chat", 0, 5, 5, 1, 99)])
+    free = make_policy("slo", itl_target_s=0.015, min_chunk=16, max_chunk=4096, cost_model=cm)
+    (_, n), = free.schedule(st).prefill
+    grid = make_policy("slo", itl_target_s=0.015, min_chunk=16, max_chunk=4096, cost_model=cm, chunk_multiple=128)
+    (_, g), = grid.schedule(st).prefill
+    assert n % 128 and g == n - n % 128  # ~440 -> 384
+    tight = make_policy("slo", itl_target_s=0.0062, min_chunk=16, max_chunk=4096, cost_model=cm,
+                        chunk_multiple=128, infeasible_slack=1)
+    assert tight.schedule(st).prefill == [(1, 16)]
+
+
 @pytest.mark.parametrize("bad", [
+    ("slo", {"infeasible_slack": 0.5}),
+    ("slo", {"chunk_multiple": 0}),
     ("stall_free", {"token_budget": 0}),
     ("slo", {"itl_target_s": -1}),
     ("slo", {"min_chunk": 0}),
