@@ -5,7 +5,7 @@ from __future__ import annotations
 import argparse
 import sys
 
-from .platform import reexec_with_fast_blas
+from .platform import mlx_env, reexec_with_fast_blas
 
 
 def _bench_engine(args) -> int:
@@ -69,9 +69,8 @@ def _bench_scheduling(args) -> int:
     study["model"] = {"preset": args.model, "dtype": str(model.dtype), "bits": model.bits,
                       "num_params": model.num_params, "nbytes": model.nbytes}
     study["config"]["quick"] = bool(args.quick)
-    import os  # backend switches change what is measured (e.g. MLX_CUDA_USE_CUDNN_SDPA=0): keep them with it
-
-    study["config"]["mlx_env"] = {k: v for k, v in os.environ.items() if k.startswith("MLX_")}
+    # backend switches change what is measured (e.g. MLX_CUDA_USE_CUDNN_SDPA=0): keep them with it
+    study["config"]["mlx_env"], study["config"]["mlx_env_warnings"] = mlx_env()
     print(format_table(study))
     path = save_results(args.name, study, platform=args.platform)
     print(f"wrote {path} ({study['wall_s']:.0f} s)")
@@ -179,6 +178,8 @@ def _paper(args) -> int:
 def main(argv=None) -> int:
     reexec_with_fast_blas()
     args = build_parser().parse_args(argv)
+    for warning in mlx_env()[1]:
+        print(f"warning: {warning}", file=sys.stderr)
     return args.func(args)
 
 

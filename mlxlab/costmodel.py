@@ -183,6 +183,21 @@ class StepCostModel:
                 hi = mid - 1
         return lo
 
+    def efficient_chunk(self, decode_batch: int, decode_context_tokens: int, context: int, lo: int, hi: int,
+                        efficiency: float = 0.5) -> int:
+        """The smallest chunk in [lo, hi] whose predicted prefill cost per token (the step beyond
+        its decode alone, over the chunk's tokens) is at most ``1 / efficiency`` times the
+        cheapest per-token cost in the range: where a chunk's fixed cost stops dominating.
+        Candidates are ``lo``, ``hi`` and a geometric grid (ratio 2**0.25) between them."""
+        if not 0 < efficiency <= 1:
+            raise ValueError(f"efficiency must be in (0, 1], got {efficiency}")
+        base = self.predict(decode_batch, decode_context_tokens, [])
+        steps = int(np.floor(4 * np.log2(hi / lo))) if hi > lo else 0
+        cands = sorted({lo, hi} | {min(hi, int(round(lo * 2 ** (k / 4)))) for k in range(steps + 1)})
+        cost = [(self.predict(decode_batch, decode_context_tokens, [(n, context)]) - base) / n for n in cands]
+        bar = min(cost) / efficiency
+        return next(n for n, c in zip(cands, cost) if c <= bar + 1e-15)
+
     def coefficients(self) -> Dict[str, float]:
         """The coefficients by feature name (seconds per unit of each feature)."""
         return {f: float(c) for f, c in zip(FEATURES, self.coef)}

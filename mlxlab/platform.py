@@ -8,12 +8,13 @@ if set before the process starts, so launchers (the CLI, the notebook runner, ``
 
 from __future__ import annotations
 
+import difflib
 import os
 import platform as _platform
 import re
 import sys
 from pathlib import Path
-from typing import Dict, Optional
+from typing import Dict, List, Optional, Tuple
 
 OPENBLAS_CANDIDATES = (
     "/usr/lib/x86_64-linux-gnu/libopenblas.so.0",
@@ -21,6 +22,35 @@ OPENBLAS_CANDIDATES = (
     "/usr/lib/x86_64-linux-gnu/openblas-pthread/libopenblas.so.0",
     "/usr/lib/aarch64-linux-gnu/openblas-pthread/libopenblas.so.0",
 )
+
+
+# Environment variables mlx 0.32 reads (the names in libmlx of the CUDA build, and the Metal and
+# TF32 switches of mlx's environment-variable docs). A name one typo away from these is almost
+# certainly meant as one of them: mlx ignores it silently.
+MLX_ENV_KNOWN = frozenset({
+    "MLX_BFS_MAX_WIDTH", "MLX_CUDA_CONV_CACHE_SIZE", "MLX_CUDA_FFT_CACHE_SIZE", "MLX_CUDA_GRAPH_CACHE_SIZE",
+    "MLX_CUDA_SDPA_BACKWARD_CACHE_SIZE", "MLX_CUDA_SDPA_CACHE_SIZE", "MLX_CUDA_USE_CUDNN_SDPA",
+    "MLX_DISABLE_COMPILE", "MLX_ENABLE_CACHE_THRASHING_CHECK", "MLX_ENABLE_TF32", "MLX_HOSTFILE",
+    "MLX_MAX_MB_PER_BUFFER", "MLX_MAX_OPS_PER_BUFFER", "MLX_METAL_FAST_SYNCH", "MLX_MPI_LIBNAME",
+    "MLX_NCCL_TIMEOUT", "MLX_PTX_CACHE_DIR", "MLX_RANK", "MLX_RING_VERBOSE", "MLX_SAVE_CUDA_GRAPHS_DOT_FILE",
+    "MLX_USE_CUDA_GRAPHS", "MLX_WORLD_SIZE",
+})
+
+
+def mlx_env(env: Optional[Dict[str, str]] = None) -> Tuple[Dict[str, str], List[str]]:
+    """The ``MLX_*`` settings of ``env`` (default: this process's), to store with a result, and a
+    warning for each name that is not one mlx reads but is close to one (a misspelt switch
+    changes nothing, and the result would claim it did)."""
+    env = os.environ if env is None else env
+    settings = {k: v for k, v in env.items() if k.startswith("MLX_")}
+    warnings = []
+    for k in sorted(settings):
+        if k in MLX_ENV_KNOWN:
+            continue
+        near = difflib.get_close_matches(k, MLX_ENV_KNOWN, n=1, cutoff=0.85)
+        if near:
+            warnings.append(f"{k} is not a variable mlx reads, so it has no effect; did you mean {near[0]}?")
+    return settings, warnings
 
 
 def find_openblas() -> Optional[str]:

@@ -193,13 +193,20 @@ class SLOChunking(Policy):
     safe with ``min_chunk``. A pre-fitted model (from ``mlxlab profile``) can be passed in.
     ``interactive_tenants`` limits whose decoding counts (default: every decoding stream).
 
-    When even a ``min_chunk`` step is predicted over the target, no chunk size can meet it (on
-    the H200 a 32-token chunk beside a decode costs ~26 ms against a 6 ms decode: every prefill
-    forward has a fixed cost). Crawling at ``min_chunk`` then misses the ITL target anyway and
-    multiplies the prompt's TTFT by its chunk count (38x alone, measured), so the budget becomes
-    ``infeasible_slack`` times the ``min_chunk`` step: the ITL stays within that factor of the
-    best it could be while the prompt advances in larger chunks. ``infeasible_slack=1`` keeps
-    the crawl.
+    When even a ``min_chunk`` step is predicted over the target, no chunk size can meet it, and
+    the choice is a trade-off. Where a prefill forward has a large fixed cost (on the H200 a
+    32-token chunk beside a decode cost ~26 ms against a 6 ms decode), crawling at ``min_chunk``
+    multiplies the prompt's TTFT by its chunk count (38x alone, measured) and still misses the
+    target. Where it has almost none (a CPU: ~1.5 ms per token whatever the chunk), ``min_chunk``
+    loses little throughput and keeps the ITL lowest. So the policy takes the smallest chunk
+    whose predicted prefill cost per token is within ``1 / infeasible_efficiency`` of the
+    cheapest per-token cost over the chunk range (:meth:`StepCostModel.efficient_chunk`): past
+    the knee where the fixed cost stops dominating, and no further.
+
+    A model learned online only knows the chunk sizes the policy has chosen: fitted on steps that
+    all carried 32 tokens, its per-token slope is a guess, and a 2,048-token "prediction" from it
+    once stalled the chat for 4 s (CPU, ``min_chunk=4``). While learning, the policy therefore
+    chooses at most twice the largest chunk its fitting window has seen, growing as it observes.
 
     ``chunk_multiple`` rounds each chosen chunk down to a multiple of it (never below
     ``min_chunk``). A backend that prepares work per query length (mlx's CUDA attention and
@@ -210,14 +217,14 @@ class SLOChunking(Policy):
     def __init__(self, itl_target_s: float = 0.05, min_chunk: int = 32, max_chunk: int = 2048,
                  cost_model=None, interactive_tenants: Optional[Sequence[str]] = None,
                  refit_every: int = 16, min_observations: int = 8, history: int = 512,
-                 infeasible_slack: float = 2.0, chunk_multiple: int = 1):
+                 infeasible_efficiency: float = 0.5, chunk_multiple: int = 1):
         if itl_target_s <= 0:
             raise ValueError(f"itl_target_s must be positive, got {itl_target_s}")
         if chunk_multiple < 1:
             raise ValueError(f"chunk_multiple must be >= 1, got {chunk_multiple}")
-        if not infeasible_slack >= 1:
-            raise ValueError(f"infeasible_slack must be >= 1 (1 keeps min_chunk when the target cannot "
-                             f"be met), got {infeasible_slack}")
+        if not 0 < infeasible_efficiency <= 1:
+            raise ValueError(f"infeasible_efficiency must be in (0, 1] (the share of the best prefill throughput "
+                             f"to keep when the ITL target cannot be met), got {infeasible_efficiency}")
         if not 1 <= min_chunk <= max_chunk:
             raise ValueError(f"need 1 <= min_chunk <= max_chunk, got {min_chunk}, {max_chunk}")
         from .costmodel import StepCostModel  # numpy only: policies stay free of MLX
@@ -228,7 +235,8 @@ class SLOChunking(Policy):
         self._learn = cost_model is None
         self.interactive_tenants = set(interactive_tenants) if interactive_tenants else None
         self.refit_every, self.min_observations, self.history = refit_every, min_observations, history
-        self.infeasible_slack = float(infeasible_slack)
+        self.infeasible_efficiency = float(infeasible_efficiency)
+        self._largest_seen = 0  # largest chunk in the fitting window (the learned model's trust region)
         self.chunk_multiple = int(chunk_multiple)
         self._records: List[dict] = []
         self.chosen: List[int] = []  # chunk sizes chosen while streams decoded (for plots)
@@ -243,6 +251,7 @@ class SLOChunking(Policy):
             from .costmodel import StepCostModel
 
             self.cost_model = StepCostModel.fit(self._records, source="online")
+            self._largest_seen = max(int(r.get("prefill_tokens", 0) or 0) for r in self._records)
 
     def _interactive(self, state: SchedulerState) -> bool:
         if self.interactive_tenants is None:
@@ -259,13 +268,15 @@ class SLOChunking(Policy):
         elif not self.cost_model.fitted:
             n = self.min_chunk
         else:
-            batch, ctx = len(state.decoding), sum(d.context_tokens for d in state.decoding)
-            budget = self.itl_target_s
-            floor = self.cost_model.predict(batch, ctx, [(self.min_chunk, s.prefilled_tokens)])
-            if floor > budget:  # the target cannot be met: see the class docstring
+            batch, ctx, at = len(state.decoding), sum(d.context_tokens for d in state.decoding), s.prefilled_tokens
+            hi = self.max_chunk
+            if self._learn:  # no extrapolation far past what the model has seen (class docstring)
+                hi = min(hi, max(self.min_chunk, 2 * self._largest_seen))
+            if self.cost_model.predict(batch, ctx, [(self.min_chunk, at)]) <= self.itl_target_s:
+                n = self.cost_model.largest_chunk(self.itl_target_s, batch, ctx, at, self.min_chunk, hi)
+            else:  # the target cannot be met: see the class docstring
                 self.infeasible_steps += 1
-                budget = self.infeasible_slack * floor
-            n = self.cost_model.largest_chunk(budget, batch, ctx, s.prefilled_tokens, self.min_chunk, self.max_chunk)
+                n = self.cost_model.efficient_chunk(batch, ctx, at, self.min_chunk, hi, self.infeasible_efficiency)
             if self.chunk_multiple > 1:
                 n = max(self.min_chunk, n - n % self.chunk_multiple)
             self.chosen.append(n)
@@ -274,7 +285,7 @@ class SLOChunking(Policy):
 
     def __repr__(self) -> str:
         return (f"SLOChunking(itl_target_s={self.itl_target_s}, min_chunk={self.min_chunk}, "
-                f"max_chunk={self.max_chunk}, infeasible_slack={self.infeasible_slack}, "
+                f"max_chunk={self.max_chunk}, infeasible_efficiency={self.infeasible_efficiency}, "
                 f"chunk_multiple={self.chunk_multiple})")
 
 

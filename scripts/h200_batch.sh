@@ -39,7 +39,7 @@ case "$part" in
     T=540 run $H bench scheduling --model qwen2.5-coder-1.5b --bits 4 --repeats 1 --workers 1 2 4 \
       --chunk-sizes 512 1024 2048 --name scheduling_cudnn ;;
   slo)
-    # the slo runs alone, after slo learned to leave an unreachable target (infeasible_slack) and
+    # the slo runs alone (slo's rule for an unreachable target, infeasible_efficiency, is new) and
     # the study warms every contention executor up first
     export MLX_CUDA_USE_CUDNN_SDPA=0
     T=${T_SLO:-300} run $H bench scheduling --model qwen2.5-coder-1.5b --bits 4 --repeats 1 --workers 1 \

@@ -182,21 +182,49 @@ def test_slo_learns_online_from_observed_steps():
     assert 300 <= n <= 460
 
 
-def test_slo_with_an_unreachable_target_takes_the_largest_chunk_within_slack_of_the_smallest_step():
+def test_slo_with_an_unreachable_target_takes_the_knee_of_the_prefill_cost_per_token():
     # 5 ms decode + 1 ms per chunk + 20 us/token: a 3 ms target cannot be met by any chunk
     cm = _fitted_cost_model()
     st = SchedulerState(0, 4096, [SeqView(1, "b", 0, 20000, 0)], [SeqView(2, "chat", 0, 5, 5, 1, 99)])
-    ctx = st.decoding[0].context_tokens
-    floor = cm.predict(1, ctx, [(16, 0)])  # ~6.3 ms at min_chunk
     pol = make_policy("slo", itl_target_s=0.003, min_chunk=16, max_chunk=4096, cost_model=cm)
     (_, n), = pol.schedule(st).prefill
-    assert cm.predict(1, ctx, [(n, 0)]) <= 2 * floor < cm.predict(1, ctx, [(n + 1, 0)])
-    assert 300 <= n <= 340 and pol.infeasible_steps == 1  # (12.6 ms - 6 ms) / 20 us ~ 315
-    crawl = make_policy("slo", itl_target_s=0.003, min_chunk=16, max_chunk=4096, cost_model=cm, infeasible_slack=1)
-    assert crawl.schedule(st).prefill == [(1, 16)]
+    # per token: 1 ms / n + 20 us, cheapest ~20.2 us at 4096; half that throughput at n ~ 49
+    assert 48 <= n <= 60 and pol.infeasible_steps == 1
+    ctx = st.decoding[0].context_tokens
+    base = cm.predict(1, ctx, [])
+    per_token = lambda k: (cm.predict(1, ctx, [(k, 0)]) - base) / k  # noqa: E731
+    assert per_token(n) <= 2 * per_token(4096) < per_token(40)
+    eager = make_policy("slo", itl_target_s=0.003, min_chunk=16, max_chunk=4096, cost_model=cm,
+                        infeasible_efficiency=0.9)
+    assert eager.schedule(st).prefill[0][1] > 4 * n  # keeping 90% of the throughput needs bigger chunks
     reachable = make_policy("slo", itl_target_s=0.015, min_chunk=16, max_chunk=4096, cost_model=cm)
     reachable.schedule(st)
     assert reachable.infeasible_steps == 0
+
+
+def test_slo_without_a_fixed_chunk_cost_keeps_min_chunk_when_the_target_is_unreachable():
+    # a CPU-like cost: 12 ms decode, 1.5 ms per prefill token, nothing per chunk
+    cm = StepCostModel.from_coefficients({"decode_step": 0.012, "prefill_tokens": 0.0015}, n_obs=1)
+    st = SchedulerState(0, 2048, [SeqView(1, "b", 0, 2048, 0)], [SeqView(2, "chat", 0, 5, 5, 1, 99)])
+    pol = make_policy("slo", itl_target_s=0.02, min_chunk=32, max_chunk=2048, cost_model=cm)
+    assert pol.schedule(st).prefill == [(1, 32)] and pol.infeasible_steps == 1
+
+
+def test_slo_learning_online_never_jumps_far_past_the_chunks_it_has_seen():
+    # every observed chunk carried 16 tokens: the per-token slope is unidentified, so a fit may
+    # "predict" that any chunk is as cheap as 16 tokens; the policy must not believe it for 2048
+    pol = make_policy("slo", itl_target_s=0.5, min_chunk=16, max_chunk=4096, refit_every=4, min_observations=8)
+    st = SchedulerState(0, 4096, [SeqView(1, "b", 0, 20000, 0)], [SeqView(2, "chat", 0, 5, 5, 1, 99)])
+    for _ in range(16):
+        pol.observe({"duration_s": 0.02, "decode_batch": 1, "decode_context_tokens": 6,
+                     "prefill_tokens": 16, "prefill_context_tokens": 0, "prefill_seqs": [1]})
+    (_, n), = pol.schedule(st).prefill
+    assert 16 <= n <= 32
+    for _ in range(16):  # it has now seen 32-token chunks too: the region doubles
+        pol.observe({"duration_s": 0.025, "decode_batch": 1, "decode_context_tokens": 6,
+                     "prefill_tokens": 32, "prefill_context_tokens": 0, "prefill_seqs": [1]})
+    (_, n), = pol.schedule(st).prefill
+    assert 32 < n <= 64
 
 
 def test_slo_chunk_multiple_rounds_down_to_the_grid_but_not_below_min_chunk():
@@ -208,12 +236,14 @@ def test_slo_chunk_multiple_rounds_down_to_the_grid_but_not_below_min_chunk():
     (_, g), = grid.schedule(st).prefill
     assert n % 128 and g == n - n % 128  # ~440 -> 384
     tight = make_policy("slo", itl_target_s=0.0062, min_chunk=16, max_chunk=4096, cost_model=cm,
-                        chunk_multiple=128, infeasible_slack=1)
-    assert tight.schedule(st).prefill == [(1, 16)]
+                        chunk_multiple=128)
+    # unreachable: the knee (~49 tokens) rounds down to the grid, and no lower than min_chunk
+    assert tight.schedule(st).prefill == [(1, 16)] and tight.infeasible_steps == 1
 
 
 @pytest.mark.parametrize("bad", [
-    ("slo", {"infeasible_slack": 0.5}),
+    ("slo", {"infeasible_efficiency": 0}),
+    ("slo", {"infeasible_efficiency": 1.5}),
     ("slo", {"chunk_multiple": 0}),
     ("stall_free", {"token_budget": 0}),
     ("slo", {"itl_target_s": -1}),
