@@ -57,7 +57,7 @@ def bench_section(paths: List[Path]) -> str:
                         [f"{r[k]['mlxlab']['median']:.1f} / {r[k]['mlx_lm']['median']:.1f} = **{r[k]['ratio']:.3f}**"
                          + (f" ({r[k]['paired_ratio_median']:.3f})" if "paired_ratio_median" in r[k] else "")
                          for k in ("single_prefill_tok_s", "single_decode_tok_s", "batched_decode_tok_s")])
-        parts += [f"### {p.parent.name}\n", _table(["model", "prefill tok/s", "decode tok/s", "8-stream decode tok/s"], rows),
+        parts += [f"### {p.parent.name}: `{p.name}`\n", _table(["model", "prefill tok/s", "decode tok/s", "8-stream decode tok/s"], rows),
                   "", _source(p, d), ""]
     return "\n".join(parts)
 
