@@ -204,8 +204,8 @@ class SLOChunking(Policy):
     the knee where the fixed cost stops dominating, and no further.
 
     A model learned online only knows the chunk sizes the policy has chosen: fitted on steps that
-    all carried 32 tokens, its per-token slope is a guess, and a 2,048-token "prediction" from it
-    once stalled the chat for 4 s (CPU, ``min_chunk=4``). While learning, the policy therefore
+    all carried 4 tokens, its per-token slope is a guess, and a whole 2,048-token prompt chosen as
+    one chunk on its say-so once stalled the chat for 4 s (CPU, ``min_chunk=4``). While learning, the policy therefore
     chooses at most twice the largest chunk its fitting window has seen, growing as it observes.
 
     ``chunk_multiple`` rounds each chosen chunk down to a multiple of it (never below
