@@ -289,13 +289,15 @@ def scheduling_study(model, *, platform_scale: Optional[float] = None,
         return m
 
     # ---------------------------------------------------------------- warm-up (unrecorded)
+    warmup_s: Dict[str, float] = {}  # how long each warm-up took: first-use costs of the backend
     if warmup:
         kinds = ["interleave", "mlx_lm"] + (["overlap"] if "overlap" in wanted else [])
         for kind in kinds:
             for c in sorted(set(chunk_sizes) | {REFERENCE_CHUNK, stall_chunk, gate_chunk}):
                 n = min(hi, c + 16)  # one full chunk and a partial one
                 run(executor(kind, c), workload(8, 1, n, 0.0))
-        say(f"[scheduling] warm-up done ({time.perf_counter() - t_start:.1f} s)")
+        warmup_s["executors"] = time.perf_counter() - t_start
+        say(f"[scheduling] warm-up done ({warmup_s['executors']:.1f} s)")
 
     # ---------------------------------------------------------------- references
     solo_out = max(32, min(256, max_chat_tokens))
@@ -398,7 +400,8 @@ def scheduling_study(model, *, platform_scale: Optional[float] = None,
             seen.add(sig)
             n = min(hi, 2 * chunk + 16)
             run(executor(kind, chunk, **opts), workload(8 + math.ceil(n / opts.get("min_chunk", chunk)), 1, n, 0.0))
-        say(f"[scheduling] warm-up of {len(seen)} contention executors done ({time.perf_counter() - t0:.1f} s)")
+        warmup_s["contention"] = time.perf_counter() - t0
+        say(f"[scheduling] warm-up of {len(seen)} contention executors done ({warmup_s['contention']:.1f} s)")
 
     for rep in range(repeats):
         if rep:
@@ -602,6 +605,7 @@ def scheduling_study(model, *, platform_scale: Optional[float] = None,
         "claims": claims,
         "table": table,
         "notes": notes,
+        "warmup_s": warmup_s,
         "wall_s": time.perf_counter() - t_start,
     }
 

@@ -75,8 +75,7 @@ def claims_section(title: str, paths: List[Path]) -> str:
             rows.append([c.get("name", ""), c.get("goal", c.get("published", "")), c.get("measured"), verdict])
         notes = [f"- {n}" for n in d.get("notes") or [] if isinstance(n, str)]
         parts += [f"### {p.parent.name}: `{p.name}`\n", _table(["claim", "goal / published", "measured", "verdict"], rows),
-                  "", *notes, "" if notes else None, _source(p, d), ""]
-        parts = [x for x in parts if x is not None]
+                  "", *notes, *([""] if notes else []), _source(p, d), ""]
     return "\n".join(parts)
 
 

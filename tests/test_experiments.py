@@ -111,6 +111,16 @@ def test_missing_policies_are_skipped(tiny, monkeypatch):
         ex.scheduling_study(tiny, policies=("nope",), repeats=1)
 
 
+def test_the_study_warms_every_contention_executor_and_records_how_long_it_took(tiny, study):
+    # on the H200 the first run of a new shape class held one step for 40 s: the study warms the
+    # executors it will measure, and keeps the warm-up times (a backend's first-use cost)
+    assert study["warmup_s"] == {}  # warmup=False
+    s = ex.scheduling_study(tiny, platform_scale=1 / 128, policies=("interleave", "slo"), chunk_sizes=(256,),
+                            workers=(1,), repeats=1, warmup=True)
+    assert set(s["warmup_s"]) == {"executors", "contention"}
+    assert all(v > 0 for v in s["warmup_s"].values()) and sum(s["warmup_s"].values()) < s["wall_s"]
+
+
 def test_cli_writes_results(tiny, tmp_path, monkeypatch):
     from mlxlab.cli import build_parser
 
