@@ -133,6 +133,9 @@ class StepRecord:
     prefill: List[tuple]  # (request id, tokens, context tokens before the chunk)
     decode_context_tokens: int = 0  # sum of the decoding sequences' context lengths
     thread: str = "main"
+    joined: int = 0  # rows that joined the decode batch at this step's decode
+    dropped: int = 0  # rows that left it (finished) at this step's decode
+    fused: bool = False  # the decode and the chunks ran as one packed forward
 
     @property
     def tokens(self) -> int:
@@ -157,6 +160,9 @@ class StepRecord:
             "decode_seqs": list(self.decode_seqs),
             "tokens": self.tokens,
             "thread": self.thread,
+            "joined": self.joined,
+            "dropped": self.dropped,
+            "fused": self.fused,
         }
 
 
@@ -752,10 +758,13 @@ class Engine:
             for s in self._decoding:
                 if id(s) not in active:
                     self._remember(s)
+            rec.dropped = len(self._decoding) - len(keep)
             self._drop_rows(keep)
         self._solo = [s for s in self._solo if id(s) in active]
         if self._ready:
+            n = len(self._decoding)
             self._join_ready()
+            rec.joined = len(self._decoding) - n
         if not self._decoding and not self._solo:
             self._flush()
             return False, False
@@ -765,6 +774,7 @@ class Engine:
             starts = [self._begin_chunk(seq) for seq, _ in packed]
             segs = [(mx.array(seq.req.prompt[a:a + n]), seq.cache) for (seq, n), a in zip(packed, starts)]
             logits = packed_forward(self.module, self._inputs, self._batch_cache, segs)
+            rec.fused = True
             for seq, _ in packed:
                 _maybe_quantize(seq)
             groups.append((self.sampler(logits), list(self._decoding)))

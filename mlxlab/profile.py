@@ -12,7 +12,9 @@ step to it, and the ``slo`` policy can take it as its prior.
 * decode-only steps: ``b`` sequences at context ``c`` for every ``b`` in ``decode_batches`` and
   ``c`` in ``decode_contexts`` (the batch shrinks from the largest ``b`` as sequences reach their
   ``max_tokens``, so each context is prefilled once);
-* mixed steps: a decode of that batch plus one chunk of each size of a long prompt;
+* mixed steps: a decode of that batch plus one chunk of each size of a long prompt, back to back
+  ("mixed") and, for a model :mod:`mlxlab.fused` can pack, as one packed forward ("packed": kept
+  with the records, not fitted: no feature describes packing yet);
 * batch changes ("rebatch"): the first decode of each batch size, which joins every row into one
   ``BatchKVCache`` (``join_tokens``) or drops the rows that finished (``drop_tokens``), timed on
   its own (nothing in flight before, its tokens read at once);
@@ -72,6 +74,7 @@ def _fit_rows(X: np.ndarray, y: np.ndarray, relative: bool) -> np.ndarray:
 
 
 TIMING_KINDS = ("tail", "overhead")  # records of the two timing parameters, not of step costs
+UNFITTED_KINDS = ("packed",)  # measured and kept, but no feature of the cost model describes them yet
 
 
 def _timing(records: Sequence[dict], kind: str) -> Optional[float]:
@@ -96,7 +99,7 @@ def fit_cost_model(records: Iterable[dict], *, relative: bool = True, staged: bo
     Records of kind ``tail`` and ``overhead`` (:func:`profile_device`) are not step costs: the
     medians of their ``duration_s`` become ``tail_s`` and ``overhead_s``."""
     allrecs = [r for r in records if r.get("duration_s", 0) > 0]
-    recs = [r for r in allrecs if r.get("kind") not in TIMING_KINDS]
+    recs = [r for r in allrecs if r.get("kind") not in TIMING_KINDS + UNFITTED_KINDS]
     timing = dict(tail_s=_timing(allrecs, "tail"), overhead_s=_timing(allrecs, "overhead") or 0.0)
     if not relative and not staged:
         cm = StepCostModel.fit(recs, source=source)
@@ -229,7 +232,7 @@ def profile_device(model, *, prefill_tokens: Sequence[int] = PROFILE_DEFAULTS["p
         relative: fit relative errors (see :func:`fit_cost_model`).
 
     Returns a dict: ``records`` (step-record dicts whose ``duration_s`` is the measured cost,
-    with ``kind`` fill / prefill / decode / mixed and ``engine_duration_s`` the engine's own
+    with ``kind`` fill / prefill / decode / mixed / packed / rebatch / tail / overhead and ``engine_duration_s`` the engine's own
     record time), ``cells`` (per grid cell: median time and features, :func:`cell_medians`),
     ``cost_model`` (a :class:`StepCostModel` fitted to the cells), ``coefficients``, ``fit`` and
     ``fit_raw`` (:func:`fit_report` on the cells and on every record), ``grid``, ``model``, ``wall_s``. Contexts that do not fit the model's
@@ -238,7 +241,10 @@ def profile_device(model, *, prefill_tokens: Sequence[int] = PROFILE_DEFAULTS["p
     from .engine import Engine
     from .scheduler import StepPlan
 
+    from .fused import can_fuse
+
     say = log or (lambda s: None)
+    packed = bool(mixed and can_fuse(getattr(model, "module", model))[0])
     if repeats < 1:
         raise ValueError("repeats must be >= 1")
     for name, vals in (("prefill_tokens", prefill_tokens), ("decode_batches", decode_batches),
@@ -311,7 +317,7 @@ def profile_device(model, *, prefill_tokens: Sequence[int] = PROFILE_DEFAULTS["p
         bs = sorted({int(b) for b in batches}, reverse=True)
         k_dec = max(10, 2 * repeats + 4)  # decode steps are cheap: more of them, and a median per cell
         mix_sizes = list(prefill_tokens) if mixed else []
-        k = k_dec + len(mix_sizes)
+        k = k_dec + len(mix_sizes) * (2 if packed else 1)
         if c + k * len(bs) + 2 > max_ctx:
             skipped.append(f"decode context {c}: does not fit the context of {max_ctx}")
             return
@@ -320,7 +326,7 @@ def profile_device(model, *, prefill_tokens: Sequence[int] = PROFILE_DEFAULTS["p
         for i in range(bs[0]):
             m_i = sum(1 for b in bs if i < b)
             reqs.append(eng.submit(tokens(c), k * m_i))
-        long_len = min(max_ctx - 2, sum(mix_sizes) * len(bs) + 2) if mix_sizes else 0
+        long_len = min(max_ctx - 2, sum(mix_sizes) * len(bs) * (2 if packed else 1) + 2) if mix_sizes else 0
         long_req = eng.submit(tokens(long_len), 1) if mix_sizes else None
         for r in reqs:
             if c > 1:
@@ -347,14 +353,17 @@ def profile_device(model, *, prefill_tokens: Sequence[int] = PROFILE_DEFAULTS["p
                 rec = eng.step()
                 decode_recs.append((rec, f"decode b{b} c{c}", p, j))
             for n in mix_sizes:
-                if long_done + n > long_len - 1:
-                    continue
-                d = timed(eng, script, StepPlan(decode=True, prefill=[(long_req.id, n)]), "mixed", keep,
-                          cell=f"mixed b{b} c{c} n{n} at{long_done}")
-                d.pop("_t0", None)
-                d["decode_kv_tokens"] = b * (d["decode_context_tokens"] // b)
-                long_done += n
-                decode_recs.append((d, "mixed", p, -1))
+                for kind in ("mixed", "packed") if packed else ("mixed",):
+                    if long_done + n > long_len - 1:
+                        continue
+                    eng.fuse = kind == "packed"
+                    d = timed(eng, script, StepPlan(decode=True, prefill=[(long_req.id, n)]), kind, keep,
+                              cell=f"{kind} b{b} c{c} n{n} at{long_done}")
+                    eng.fuse = False
+                    d.pop("_t0", None)
+                    d["decode_kv_tokens"] = b * (d["decode_context_tokens"] // b)
+                    long_done += n
+                    decode_recs.append((d, kind, p, -1))
             prev_b = b
         eng.flush()
         times = reqs[0].token_times_s

@@ -253,14 +253,18 @@ class Simulator:
                 width = max(s.prefill_tokens + s.issued for s in self._decoding)
                 drop_tokens = (len(kept) * width if len(kept) > 1
                                else kept[0].prefill_tokens + kept[0].issued)
+            rec.dropped = len(self._decoding) - len(kept)
             self._decoding = kept
             join_tokens = 0
             if self._ready:
+                n_before = len(self._decoding)
                 self._join_ready(t)
+                rec.joined = len(self._decoding) - n_before
                 if len(self._decoding) > 1:  # merged into a BatchKVCache (a lone stream keeps its cache)
                     join_tokens = len(self._decoding) * max(s.prefill_tokens + s.issued for s in self._decoding)
             rows = list(self._decoding)
         fused = bool(rows and plan.prefill and self.fuse)
+        rec.fused = fused
         if rows:
             for s in rows:
                 s.issued += 1

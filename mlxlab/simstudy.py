@@ -167,6 +167,21 @@ def _periods(*runs: List[dict]) -> Dict[str, dict]:
     return {k: {"median_s": float(np.median(v)), "n": len(v)} for k, v in sorted(by.items())}
 
 
+STEP_COLUMNS = ("start_s", "end_s", "phase", "decode_batch", "decode_context_tokens", "prefill_tokens",
+                "prefill_context_tokens", "chunks", "joined", "dropped", "fused")
+
+
+def step_rows(records: Sequence[dict]) -> List[list]:
+    """Step records (``StepRecord.as_dict()``) as compact rows of :data:`STEP_COLUMNS`, to keep
+    every step of a validation run beside its summary (``chunks``: how many sequences the step
+    prefilled)."""
+    out = []
+    for r in records:
+        d = dict(r, chunks=len(r.get("prefill_seqs") or []))
+        out.append([(float(d[c]) if c.endswith("_s") else d.get(c, 0)) for c in STEP_COLUMNS])
+    return out
+
+
 def _metric(summary: dict, tenant: str, key: str, stat: str) -> float:
     s = summary.get(tenant)
     if not s:
@@ -295,6 +310,7 @@ def validate_simulator(model, workloads: Optional[Dict[str, Workload]] = None,
                      "source": getattr(cm, "source", None)}
     rows = []
     periods = {}
+    steps = {}
     for wname, wl in workloads.items():
         for p in policies:
             sim_res = [run_workload(Simulator.for_model(model, c, policy=p, chunk_size=chunk_size,
@@ -302,6 +318,8 @@ def validate_simulator(model, workloads: Optional[Dict[str, Workload]] = None,
             sims = [r.summary for r in sim_res]
             periods[f"{wname}/{p}"] = {"engine": _periods(*eng_steps[(wname, p)]),
                                        "sim": _periods(*[r.timeline.to_dict("records") for r in sim_res])}
+            steps[f"{wname}/{p}"] = {"engine": [step_rows(recs) for recs in eng_steps[(wname, p)]],
+                                     "sim": [step_rows(r.timeline.to_dict("records")) for r in sim_res]}
             tenants = [t for t in sims[0] if t != "all"]
             for tenant in tenants:
                 for key, stat, label in METRICS:
@@ -360,6 +378,7 @@ def validate_simulator(model, workloads: Optional[Dict[str, Workload]] = None,
         "passed": all(r["passed"] for r in rows),
         "step_ratio": step_ratio,
         "periods": periods,
+        "steps": {"columns": list(STEP_COLUMNS), "runs": steps},
         "profile": prof_info,
         "config": {"model": getattr(model, "name", None), "dtype": str(getattr(model, "dtype", "")),
                    "bits": getattr(model, "bits", None), "policies": list(policies), "repeats": repeats,

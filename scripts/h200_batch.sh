@@ -13,10 +13,12 @@
 #   sched_cudnn  the same study with mlx's default cuDNN attention, for the comparison (475 s)
 #   slo        issue 3: the slo runs alone (references, tradeoff sweep, slo packed and not)
 #   engine05   issue 2: bench engine for qwen2.5-0.5b alone, 9 paired repeats
+#   rebatch    issue 5: scripts/rebatch_probe.py under mlx's CUDA-graph settings: default, a larger
+#              graph cache, graphs off (one process each: mlx reads them once)
 #   singlereq  issue 4: warm-up per preset, KV probe and speed, prefix restores (done 2026-11-29)
 set -uo pipefail
 cd "$(dirname "$0")/.."
-part=${1:?give a PART: engine | engine05 | sim | sched | sched_cudnn | slo | singlereq}
+part=${1:?give a PART: engine | engine05 | sim | sched | sched_cudnn | slo | singlereq | rebatch}
 H="bash scripts/h200.sh"
 LOG=${OUT:-/tmp}/logs/$part.log
 mkdir -p "$(dirname "$LOG")"
@@ -48,6 +50,13 @@ case "$part" in
     # the one preset whose ratios the 5-repeat run left unsettled, alone, 9 paired repeats
     T=${T_ENGINE:-300} run $H bench engine --models qwen2.5-0.5b --bits 4 --prompt-tokens 4096 \
       --decode-tokens 128 --repeats 9 --name bench_engine_qwen2.5-0.5b ;;
+  rebatch)
+    export MLX_CUDA_USE_CUDNN_SDPA=0 MLX_PTX_CACHE_DIR=/tmp/mlx_ptx  # later processes reuse the JIT cache
+    P="env PYTHONPATH=.mlxcuda/site:. MLXLAB_PLATFORM=h200 PYTHONUNBUFFERED=1 python3 scripts/rebatch_probe.py --model qwen2.5-coder-1.5b --bits 4"
+    [ -d .mlxcuda/site/mlx ] || { mkdir -p .mlxcuda/site && tar xJf .mlxcuda/mlx-cuda-sm90.tar.xz -C .mlxcuda/site; }
+    T=200 run $P --label default
+    T=120 run env MLX_CUDA_GRAPH_CACHE_SIZE=4000 $P --label graph_cache_4000
+    T=120 run env MLX_USE_CUDA_GRAPHS=0 $P --label graphs_off ;;
   singlereq)
     T=240 run env PYTHONPATH=.mlxcuda/site:. MLXLAB_PLATFORM=h200 PYTHONUNBUFFERED=1 python3 scripts/h200_singlereq.py ;;
   *) echo "unknown PART $part" >&2; exit 2 ;;

@@ -172,9 +172,14 @@ def test_same_decisions_as_the_engine(tiny, policy, options):
         ex.run()
 
     def trace(ex):
-        return [(s.phase, s.decode_seqs, s.prefill, s.decode_context_tokens) for s in ex.steps]
+        return [(s.phase, s.decode_seqs, s.prefill, s.decode_context_tokens, s.joined, s.dropped, s.fused)
+                for s in ex.steps]
 
     assert trace(sim) == trace(eng)
+    # the batch changes and packed steps the records name really happen in this trace
+    assert sum(s.joined for s in eng.steps) == len(specs)  # every request joins the decode rows once
+    assert sum(s.dropped for s in eng.steps) >= 1
+    assert any(s.fused for s in eng.steps) == (policy == "stall_free")
     assert [len(r.output_tokens) for r in sim.requests] == [len(r.output_tokens) for r in eng.requests]
     assert [r.finish_reason for r in sim.requests] == [r.finish_reason for r in eng.requests]
 
@@ -212,8 +217,13 @@ def test_profile_fit_and_files(tmp_path, tiny):
     prof = profile_device(tiny, prefill_tokens=(16, 64), contexts=(0, 128), decode_batches=(1, 2),
                           decode_contexts=(16, 128), repeats=1, fill_chunk=64)
     kinds = {r["kind"] for r in prof["records"]}
-    assert kinds == {"fill", "prefill", "decode", "mixed", "rebatch", "tail", "overhead"}
+    assert kinds == {"fill", "prefill", "decode", "mixed", "packed", "rebatch", "tail", "overhead"}
     assert all(r["duration_s"] > 0 for r in prof["records"])
+    # a packed cell ran as one forward, its back-to-back twin as two; both carry the same sizes
+    assert {r["fused"] for r in prof["records"] if r["kind"] == "packed"} == {True}
+    assert {r["fused"] for r in prof["records"] if r["kind"] == "mixed"} == {False}
+    assert sorted(r["prefill_tokens"] for r in prof["records"] if r["kind"] == "packed") == \
+        sorted(r["prefill_tokens"] for r in prof["records"] if r["kind"] == "mixed")
     rebatch = [r for r in prof["records"] if r["kind"] == "rebatch"]
     assert {bool(r.get("join_tokens")) for r in rebatch} == {True, False}  # the join of 2 rows, the drop to 1
     cm = prof["cost_model"]
