@@ -5,7 +5,9 @@ each of :data:`FEATURES`)::
 
     t = decode_step * [decodes] + decode_batched * [batch of 2+] + decode_batch * b
         + decode_context_tokens * kv + join_tokens * J + drop_tokens * D
+        + join_rows * rows + batch_changes * [batch changed]
         + prefill_chunks * chunks + prefill_tokens * n + prefill_attention * pairs
+        + prefill_attention_unaligned * unaligned pairs
 
 Each term, and what it stands for in the engine (:mod:`mlxlab.engine`):
 
@@ -25,9 +27,20 @@ Each term, and what it stands for in the engine (:mod:`mlxlab.engine`):
   of the batch after the join; 0 when a lone stream starts on its own cache.
 * ``drop_tokens``: KV positions copied when rows leave the batch (``filter`` gathers the kept
   rows at the old width, ``extract`` copies the one row left back to a plain cache).
+* ``join_rows``: rows merged into a ``BatchKVCache`` at a join; ``batch_changes``: 1 if the
+  step joined rows into a batch of two or more or dropped rows. These are the host-side costs
+  of a change, which do not grow with the bytes: ``merge`` builds a zeros array and a slice
+  update per row for every layer's keys and values (about 280 lazy ops for 4 rows of a 28-layer
+  model, ~18 ms of Python on the H200 host, ``scripts/rebatch_probe.py``), ``filter`` reads
+  the left padding back per layer, and the first forward after a change meets new shapes.
 * ``prefill_chunks``: per chunk forward (its fixed cost); ``prefill_tokens``: tokens pushed
   through the linear layers; ``prefill_attention``: query-key pairs of the chunks' attention
-  (``n * context + n**2 / 2`` per chunk).
+  (``n * context + n**2 / 2`` per chunk); ``prefill_attention_unaligned``: the pairs of chunks
+  whose key length (``context + n``) is not a multiple of :data:`KEY_ALIGN`. On mlx's CUDA
+  backend (cuDNN attention off) such a chunk's attention runs a slower path: at 8k context a
+  511-token chunk took 51 ms against 31 ms for 512 or 504, and 2047 took 140 ms against 92 for
+  2048 (``scripts/chunk_probe.py``, ``data/results/h200/chunk_probe.json``). On the CPU the
+  fit leaves it at about 0.
 
 Two timing parameters sit beside the linear terms (both measured by :mod:`mlxlab.profile`):
 
@@ -54,20 +67,25 @@ from typing import Dict, Iterable, List, Optional, Sequence, Tuple
 import numpy as np
 
 FEATURES = ("decode_step", "decode_batched", "decode_batch", "decode_context_tokens", "join_tokens", "drop_tokens",
-            "prefill_chunks", "prefill_tokens", "prefill_attention")
+            "join_rows", "batch_changes", "prefill_chunks", "prefill_tokens", "prefill_attention",
+            "prefill_attention_unaligned")
 LEGACY_FEATURES = ("decode_step", "decode_batch", "decode_context_tokens", "prefill_chunks", "prefill_tokens",
                    "prefill_attention")
 DECODE_FEATURES = [0, 1, 2, 3]  # what a decode forward costs
-REBATCH_FEATURES = [4, 5]  # changes of the decode batch
-PREFILL_FEATURES = [6, 7, 8]  # prefill chunks
+REBATCH_FEATURES = [4, 5, 6, 7]  # changes of the decode batch
+PREFILL_FEATURES = [8, 9, 10, 11]  # prefill chunks
+KEY_ALIGN = 8  # a chunk whose key length is not a multiple of this pays prefill_attention_unaligned
 
 
 def features(decode_batch: int = 0, decode_context_tokens: int = 0,
-             chunks: Sequence[Tuple[int, int]] = (), join_tokens: int = 0, drop_tokens: int = 0) -> np.ndarray:
+             chunks: Sequence[Tuple[int, int]] = (), join_tokens: int = 0, drop_tokens: int = 0,
+             join_rows: int = 0, batch_change: bool = False) -> np.ndarray:
     """The feature vector of a step. ``decode_context_tokens``: the KV the decode reads (a lone
     stream's context; for a batch, ``b x longest row``); ``chunks`` lists (tokens, context before
-    the chunk)."""
+    the chunk); ``join_rows``: rows merged into a batch cache; ``batch_change``: the step joined
+    rows into a batch or dropped rows."""
     b = int(decode_batch)
+    pairs = [n * c + n * n / 2.0 for n, c in chunks]
     return np.array([
         1.0 if b else 0.0,
         1.0 if b >= 2 else 0.0,
@@ -75,45 +93,83 @@ def features(decode_batch: int = 0, decode_context_tokens: int = 0,
         float(decode_context_tokens) if b else 0.0,
         float(join_tokens) if b else 0.0,
         float(drop_tokens) if b else 0.0,
+        float(join_rows) if b else 0.0,
+        1.0 if (b and (batch_change or join_rows)) else 0.0,
         float(len(chunks)),
         float(sum(n for n, _ in chunks)),
-        float(sum(n * c + n * n / 2.0 for n, c in chunks)),
+        float(sum(pairs)),
+        float(sum(p for p, (n, c) in zip(pairs, chunks) if (n + c) % KEY_ALIGN)),
     ])
+
+
+def rebatch_counts(rec: dict) -> Tuple[int, bool]:
+    """``(join_rows, batch_change)`` of a step record: rows that joined a decode batch of two or
+    more (a lone stream starting on its own cache copies nothing), and whether the batch changed.
+    Records without ``joined``/``dropped`` (earlier versions) fall back on ``join_tokens`` /
+    ``drop_tokens``: a change, of unknown rows."""
+    b = int(rec.get("decode_batch", 0) or 0)
+    joined = int(rec.get("joined", 0) or 0) if b >= 2 else 0
+    dropped = int(rec.get("dropped", 0) or 0)
+    change = bool(joined or dropped or rec.get("join_tokens") or rec.get("drop_tokens"))
+    return joined, change
 
 
 def record_features(rec: dict) -> np.ndarray:
     """Features of a step record dict (``StepRecord.as_dict()``, or a profile record with the
-    extra fields ``decode_kv_tokens``, ``join_tokens``, ``drop_tokens``). A step with several
-    chunks is treated as one chunk of their summed tokens after their summed context (exact for
-    the usual one-chunk step)."""
+    extra fields ``decode_kv_tokens``, ``join_tokens``, ``drop_tokens``). Each chunk counts as it
+    ran when the record lists them (``prefill_chunks``: [tokens, context] pairs); a record without
+    that list treats several chunks as one of their summed tokens after their summed context
+    (exact for the usual one-chunk step)."""
     n = rec.get("prefill_tokens", 0)
     seqs = rec.get("prefill_seqs") or []
     chunks = [(n, rec.get("prefill_context_tokens", 0))] if n else []
     kv = rec.get("decode_kv_tokens")
     if kv is None:
         kv = rec.get("decode_context_tokens", 0)
-    f = features(rec.get("decode_batch", 0), kv, chunks, rec.get("join_tokens", 0), rec.get("drop_tokens", 0))
+    rows, change = rebatch_counts(rec)
+    f = features(rec.get("decode_batch", 0), kv, chunks, rec.get("join_tokens", 0), rec.get("drop_tokens", 0),
+                 rows, change)
+    listed = rec.get("prefill_chunks")
+    if n and listed and sum(int(c[0]) for c in listed) == n:  # each chunk as it ran: exact for several
+        g = features(0, 0, [(int(a), int(c)) for a, c in listed])
+        for name in ("prefill_chunks", "prefill_tokens", "prefill_attention", "prefill_attention_unaligned"):
+            f[FEATURES.index(name)] = g[FEATURES.index(name)]
+        return f
     f[FEATURES.index("prefill_chunks")] = float(len(seqs)) if n else 0.0
     return f
 
 
 def _nnls(X: np.ndarray, y: np.ndarray, ridge: float) -> np.ndarray:
-    """Least squares with non-negative coefficients (active set: drop negatives, refit)."""
-    active = np.ones(X.shape[1], dtype=bool)
-    coef = np.zeros(X.shape[1])
-    for _ in range(X.shape[1]):
-        Xa = X[:, active]
-        A = Xa.T @ Xa + ridge * np.eye(Xa.shape[1])
-        sol = np.linalg.solve(A, Xa.T @ y)
-        if (sol >= 0).all():
-            coef[:] = 0
-            coef[active] = sol
-            return coef
-        idx = np.flatnonzero(active)
-        active[idx[sol < 0]] = False
-        if not active.any():
+    """Least squares with non-negative coefficients (Lawson and Hanson's active-set method), with
+    a small ridge penalty. Exact where the problem is: a feature whose unconstrained coefficient
+    comes out negative only leaves the solution if the others cannot absorb it, so two features
+    that move together (the attention pairs of aligned and unaligned chunks) are both kept."""
+    k = X.shape[1]
+    if ridge > 0:
+        X = np.vstack([X, np.sqrt(ridge) * np.eye(k)])
+        y = np.concatenate([y, np.zeros(k)])
+    passive = np.zeros(k, dtype=bool)
+    coef = np.zeros(k)
+    tol = 1e-12 * max(1.0, float(np.abs(X).max()) * float(np.abs(y).max()) * len(y))
+    for _ in range(3 * k):
+        grad = X.T @ (y - X @ coef)
+        if passive.all() or (grad[~passive] <= tol).all():
             break
-    return coef
+        passive[int(np.argmax(np.where(passive, -np.inf, grad)))] = True
+        while True:
+            trial = np.zeros(k)
+            trial[passive] = np.linalg.lstsq(X[:, passive], y, rcond=None)[0]
+            if (trial[passive] > 0).all():
+                break
+            neg = passive & (trial <= 0)
+            alpha = float(np.min(coef[neg] / (coef[neg] - trial[neg])))
+            coef = coef + alpha * (trial - coef)
+            passive &= coef > tol
+            if not passive.any():
+                trial = np.zeros(k)
+                break
+        coef = trial
+    return np.maximum(coef, 0.0)
 
 
 @dataclass
@@ -162,9 +218,11 @@ class StepCostModel:
         return cls(coef=coef, n_obs=len(recs), source=source)
 
     def predict(self, decode_batch: int = 0, decode_context_tokens: int = 0,
-                chunks: Sequence[Tuple[int, int]] = (), join_tokens: int = 0, drop_tokens: int = 0) -> float:
+                chunks: Sequence[Tuple[int, int]] = (), join_tokens: int = 0, drop_tokens: int = 0,
+                join_rows: int = 0, batch_change: bool = False) -> float:
         """Predicted step time in seconds (the linear terms; not ``overhead_s``)."""
-        return float(features(decode_batch, decode_context_tokens, chunks, join_tokens, drop_tokens) @ self.coef)
+        return float(features(decode_batch, decode_context_tokens, chunks, join_tokens, drop_tokens, join_rows,
+                              batch_change) @ self.coef)
 
     def predict_record(self, rec: dict) -> float:
         return float(record_features(rec) @ self.coef)

@@ -157,6 +157,7 @@ class StepRecord:
             "prefill_tokens": sum(p[1] for p in self.prefill),
             "prefill_context_tokens": sum(p[2] for p in self.prefill),
             "prefill_seqs": [p[0] for p in self.prefill],
+            "prefill_chunks": [[p[1], p[2]] for p in self.prefill],
             "decode_seqs": list(self.decode_seqs),
             "tokens": self.tokens,
             "thread": self.thread,

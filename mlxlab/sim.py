@@ -276,7 +276,7 @@ class Simulator:
             decode_ctx = len(rows) * max(contexts) if (self.padded_kv and len(rows) > 1) else sum(contexts)
         if fused:  # one packed forward: the chunks start with it, the tokens come at its end
             chunks = [(n, self._seqs[i].prefilled) for i, n in plan.prefill]
-            total = max(0.0, cm.predict(len(rows), decode_ctx, chunks, **self._rebatch_kw(join_tokens, drop_tokens)))
+            total = max(0.0, cm.predict(len(rows), decode_ctx, chunks, **self._rebatch_kw(join_tokens, drop_tokens, rec)))
             start = t if self._tail is None else max(t, self._busy_until)
             self._flush(read_at=t)  # the previous decode-only step's tokens, read after queueing this one
             for seq_id, n in plan.prefill:
@@ -286,7 +286,7 @@ class Simulator:
             self._pending = (rows, t, rec)
             self._flush(read_at=t)
         elif rows:
-            decode_s = max(0.0, cm.predict(len(rows), decode_ctx, [], **self._rebatch_kw(join_tokens, drop_tokens)))
+            decode_s = max(0.0, cm.predict(len(rows), decode_ctx, [], **self._rebatch_kw(join_tokens, drop_tokens, rec)))
             decode_s *= factor
             if self._tail is None:  # tokens stamped when their own step ends
                 t += decode_s
@@ -381,10 +381,14 @@ class Simulator:
                 s.req.prefill_start_s = t
         self._decoding.extend(ready)
 
-    def _rebatch_kw(self, join_tokens: int, drop_tokens: int) -> dict:
-        if not (join_tokens or drop_tokens) or not self._rebatch:
+    def _rebatch_kw(self, join_tokens: int, drop_tokens: int, rec: StepRecord) -> dict:
+        """The batch-change terms of this step: the bytes copied and, as the engine's record
+        counts them, the rows merged into a batch of two or more and whether the batch changed."""
+        join_rows = rec.joined if len(rec.decode_seqs) >= 2 else 0
+        if not (join_tokens or drop_tokens or join_rows or rec.dropped) or not self._rebatch:
             return {}
-        return {"join_tokens": join_tokens, "drop_tokens": drop_tokens}
+        return {"join_tokens": join_tokens, "drop_tokens": drop_tokens, "join_rows": join_rows,
+                "batch_change": bool(join_rows or rec.dropped)}
 
     def _flush(self, read_at: Optional[float] = None) -> float:
         """Read the pending decode-only step's tokens at ``read_at`` (default: the clock), or when

@@ -139,12 +139,15 @@ def workload_shape(workloads: Dict[str, Workload], policies: Sequence[str], chun
 
 def targeted_grid(shape: dict, chunk_size: int, repeats: int = 3) -> dict:
     """A profile grid around what the runs use (:func:`workload_shape`): chunks of the run's chunk
-    size (and smaller, for prompts' last chunks) from empty to the longest prompt's context, decode
+    size (and smaller, for prompts' last chunks, one of them a token off a round size) from empty to the longest prompt's context, decode
     batches up to the largest one, decode contexts up to the longest."""
     L = max(shape["longest_prompt"], 2)
     B = max(shape["max_decode_batch"], 1)
     C = max(shape["max_decode_context"], 2)
-    return dict(prefill_tokens=tuple(sorted({max(8, chunk_size // 8), max(8, chunk_size // 2), chunk_size})),
+    # chunk_size // 2 - 1: a chunk whose key length is off the alignment (the prompt's last piece,
+    # a token budget less its decodes), which a GPU's attention runs on a slower path
+    return dict(prefill_tokens=tuple(sorted({max(8, chunk_size // 8), max(7, chunk_size // 2 - 1),
+                                             max(8, chunk_size // 2), chunk_size})),
                 contexts=tuple(sorted({0, max(0, L // 2 - chunk_size), max(0, L - chunk_size)})),
                 decode_batches=tuple(sorted({1, max(1, B // 2), B})),
                 decode_contexts=tuple(sorted({32, max(32, C // 2), max(32, C)})),
@@ -300,6 +303,8 @@ def validate_simulator(model, workloads: Optional[Dict[str, Workload]] = None,
         prof_info = {"coefficients": coefficients(cm), "fit": fit_report(cm, cells), "grid": dict(profile_grid),
                      "share_coefficients": [coefficients(c) for c in cms],
                      "steps": len(prof_records), "wall_s": prof_wall,
+                     "records": [{k: v for k, v in r.items() if k not in ("decode_seqs", "_t0")}
+                                 for r in prof_records],
                      "cells": [{k: c.get(k) for k in ("cell", "kind", "decode_batch", "decode_context_tokens",
                                                        "decode_kv_tokens", "join_tokens", "drop_tokens",
                                                        "prefill_tokens", "prefill_context_tokens", "duration_s",

@@ -8,10 +8,11 @@ cd "$(dirname "$0")/.."
 if [ ! -d .mlxcuda/site/mlx ]; then
   mkdir -p .mlxcuda/site && tar xJf .mlxcuda/mlx-cuda-sm90.tar.xz -C .mlxcuda/site
 fi
+MARK=$(mktemp) && touch "$MARK"  # results newer than this are this call's
 export PYTHONPATH="$PWD/.mlxcuda/site:$PWD" PYTHONUNBUFFERED=1 MLXLAB_PLATFORM=${MLXLAB_PLATFORM:-h200}
 python3 -c 'import mlx.core as mx; print("mlx", mx.__version__, mx.default_device(), mx.device_info().get("device_name"))'
 python3 -m mlxlab.cli "$@"
 if [ -n "${OUT:-}" ]; then
-  mkdir -p "$OUT/h200" && cp -r data/results/h200/. "$OUT/h200/"
+  mkdir -p "$OUT/h200" && find data/results/h200 -type f -newer "$MARK" -exec cp {} "$OUT/h200/" \;
   if ls data/profiles/h200-*.json >/dev/null 2>&1; then mkdir -p "$OUT/profiles" && cp data/profiles/h200-*.json "$OUT/profiles/"; fi
 fi

@@ -15,12 +15,14 @@
 #   engine05   issue 2: bench engine for qwen2.5-0.5b alone, 9 paired repeats
 #   rebatch    issue 5: scripts/rebatch_probe.py under mlx's CUDA-graph settings: default, a larger
 #              graph cache, graphs off (one process each: mlx reads them once)
+#   chunks     issue 5: scripts/chunk_probe.py, a chunk's cost by its exact size (2047 vs 2048, 511 vs 512)
 #   singlereq  issue 4: warm-up per preset, KV probe and speed, prefix restores (done 2026-11-29)
 set -uo pipefail
 cd "$(dirname "$0")/.."
-part=${1:?give a PART: engine | engine05 | sim | sched | sched_cudnn | slo | singlereq | rebatch}
+part=${1:?give a PART: engine | engine05 | sim | sched | sched_cudnn | slo | singlereq | rebatch | chunks}
 H="bash scripts/h200.sh"
 LOG=${OUT:-/tmp}/logs/$part.log
+MARK=$(mktemp) && touch "$MARK"
 mkdir -p "$(dirname "$LOG")"
 run() {
   echo "== $*" | tee -a "$LOG"
@@ -57,11 +59,18 @@ case "$part" in
     T=200 run $P --label default
     T=120 run env MLX_CUDA_GRAPH_CACHE_SIZE=4000 $P --label graph_cache_4000
     T=120 run env MLX_USE_CUDA_GRAPHS=0 $P --label graphs_off ;;
+  chunks)
+    # one chunk forward by its exact size (round, and a token or two off), at 0 and 8k context
+    export MLX_CUDA_USE_CUDNN_SDPA=0
+    [ -d .mlxcuda/site/mlx ] || { mkdir -p .mlxcuda/site && tar xJf .mlxcuda/mlx-cuda-sm90.tar.xz -C .mlxcuda/site; }
+    T=${T_CHUNKS:-240} run env PYTHONPATH=.mlxcuda/site:. MLXLAB_PLATFORM=h200 PYTHONUNBUFFERED=1 python3 scripts/chunk_probe.py \
+      --model qwen2.5-coder-1.5b --bits 4 --repeats 3 ;;
   singlereq)
     T=240 run env PYTHONPATH=.mlxcuda/site:. MLXLAB_PLATFORM=h200 PYTHONUNBUFFERED=1 python3 scripts/h200_singlereq.py ;;
   *) echo "unknown PART $part" >&2; exit 2 ;;
 esac
 if [ -n "${OUT:-}" ]; then
-  mkdir -p "$OUT/h200" && cp -r data/results/h200/. "$OUT/h200/" 2>/dev/null
+  # only what this call wrote: the device tool brings back a limited number of files
+  mkdir -p "$OUT/h200" && find data/results/h200 -type f -newer "$MARK" -exec cp {} "$OUT/h200/" \;
   if ls data/profiles/h200-*.json >/dev/null 2>&1; then mkdir -p "$OUT/profiles" && cp data/profiles/h200-*.json "$OUT/profiles/"; fi
 fi
