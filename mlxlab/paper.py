@@ -139,6 +139,35 @@ def single_request_section(res: Path) -> str:
     return "\n".join(parts)
 
 
+def probes_section(res: Path) -> str:
+    """The two H200 probes behind the simulator's cost terms: a chunk's cost by its exact size, and
+    a batch change phase by phase (per mlx CUDA-graph setting)."""
+    import statistics
+
+    parts = []
+    for p in sorted(res.glob("*/chunk_probe.json")):
+        d = json.loads(p.read_text())
+        rows = [[r["context"], r["tokens"], "yes" if (r["context"] + r["tokens"]) % 8 == 0 else "no",
+                 r["median_s"] * 1e3, r["per_token_us"]] for r in d["rows"]]
+        parts += [f"### One prefill chunk by its exact size ({p.parent.name})\n",
+                  _table(["context", "chunk tokens", "key length multiple of 8", "ms (median)", "us/token"], rows),
+                  "", _source(p, d), ""]
+    for p in sorted(res.glob("*/rebatch_probe_*.json")):
+        d = json.loads(p.read_text())
+        rows = []
+        for scen in ("join4", "filter2", "extract1", "steady_b1", "steady_b2"):
+            sel = [r for r in d["rows"] if r["scenario"] == scen and r["set"] == "short"]
+            if sel:
+                rows.append([scen, 1e3 * statistics.median(r["host_s"] for r in sel),
+                             1e3 * statistics.median(r["eval_s"] for r in sel),
+                             1e3 * statistics.median(r["decode_s"][0] for r in sel),
+                             1e3 * statistics.median(x for r in sel for x in r["decode_s"][2:])])
+        parts += [f"### A change of the decode batch, phase by phase ({p.parent.name}, {d.get('label')})\n",
+                  _table(["scenario", "host ms", "device copy ms", "first decode ms", "later decodes ms"], rows),
+                  "", _source(p, d), ""]
+    return "\n".join(["## Probes behind the simulator's cost terms\n"] + parts) if parts else ""
+
+
 def write_results(out: Path = ROOT / "paper" / "results.md") -> Path:
     """Regenerate ``paper/results.md`` from every non-quick results file."""
     res = data_dir() / "results"
@@ -148,6 +177,7 @@ def write_results(out: Path = ROOT / "paper" / "results.md") -> Path:
                 claims_section("Multi-tenant scheduling on the real engine", files("scheduling*")),
                 single_request_section(res),
                 sim_section(files("sim_validation")),
+                probes_section(res),
                 claims_section("The case study at its own scale (simulator, published profile)", files("seed_scale"))]
     out.parent.mkdir(parents=True, exist_ok=True)
     out.write_text("\n".join(s for s in sections if s.strip()) + "\n")

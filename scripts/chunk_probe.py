@@ -42,7 +42,11 @@ def main(argv=None) -> int:
     p.add_argument("--contexts", default="0,8192", help="tokens already in the cache, comma-separated")
     p.add_argument("--repeats", type=int, default=3)
     p.add_argument("--name", default="chunk_probe")
+    p.add_argument("--plot", metavar="RESULTS_JSON", default=None,
+                   help="only draw paper/figures/chunk_alignment_<platform> from a saved result (no model run)")
     args = p.parse_args(argv)
+    if args.plot:
+        return plot(args.plot)
     reexec_with_fast_blas()
     import mlx.core as mx
     from mlx_lm.models.cache import make_prompt_cache
@@ -106,6 +110,39 @@ def main(argv=None) -> int:
                                         environment=dict(device_summary(), mlx_env=env),
                                         wall_s=clock() - t_start), platform=platform_name())
     print(f"[chunks] wrote {path}")
+    return 0
+
+
+def plot(path: str) -> int:
+    """Chunk time against chunk size, one line per context, each point marked by how its key
+    length (context + size) is aligned: a multiple of 8, of 4 or 2, or odd."""
+    import json
+
+    import altair as alt
+    import pandas as pd
+
+    from mlxlab.simstudy import save_chart
+
+    doc = json.loads(Path(path).read_text())
+    df = pd.DataFrame(doc["rows"])
+    key = df.context + df.tokens
+    df["key length"] = ["multiple of 8" if k % 8 == 0 else ("multiple of 2 or 4" if k % 2 == 0 else "odd")
+                        for k in key]
+    df["ms"] = df.median_s * 1e3
+    df["context"] = df.context.map(lambda c: f"context {c}")
+    base = alt.Chart(df).encode(x=alt.X("tokens:Q", title="chunk tokens", scale=alt.Scale(type="log", base=2)),
+                                y=alt.Y("ms:Q", title="chunk forward (ms, median)"))
+    aligned = base.transform_filter("datum['key length'] == 'multiple of 8'").mark_line(color="gray").encode(
+        detail="context:N")
+    pts = base.mark_point(filled=True, size=70).encode(
+        color=alt.Color("key length:N", sort=["multiple of 8", "multiple of 2 or 4", "odd"]),
+        shape=alt.Shape("context:N"),
+        tooltip=["context", "tokens", alt.Tooltip("ms:Q", format=".1f"), alt.Tooltip("per_token_us:Q", format=".1f")])
+    plat = Path(path).parent.name
+    chart = (aligned + pts).properties(width=520, height=300, title=f"one prefill chunk by its exact size "
+                                                                      f"({plat}, {doc.get('model')}, {doc.get('bits')}-bit)")
+    for p in save_chart(chart, f"chunk_alignment_{plat}"):
+        print(f"[chunks] wrote {p}")
     return 0
 
 
