@@ -364,3 +364,79 @@ def test_cli_profile_writes_the_seed001_file(tmp_path, monkeypatch, capsys):
     assert doc["cost_model"]["coef"] == pytest.approx(seed001_profile()["cost_model"].coef.tolist())
     assert all("provenance" in f for f in doc["figures"].values())
     assert np.allclose(load_profile("seed001-m4max-35b").coef, seed001_profile()["cost_model"].coef)
+
+
+def test_nnls_keeps_correlated_positive_features_and_clips_negative_ones():
+    """Two columns that move together, both truly positive, are both kept with their values; a
+    truly negative coefficient ends at 0 and the rest is the least-squares fit without it."""
+    from mlxlab.costmodel import _nnls
+
+    rng = np.random.default_rng(0)
+    a = rng.uniform(1, 2, 40)
+    X = np.stack([a, a * (1 + 0.01 * rng.standard_normal(40)), rng.uniform(0, 1, 40)], axis=1)
+    y = X @ np.array([1.0, 2.0, 0.5])
+    assert _nnls(X, y, 0.0) == pytest.approx([1.0, 2.0, 0.5], rel=1e-6)
+    y2 = X[:, [0, 2]] @ np.array([1.0, -0.5])
+    got = _nnls(X[:, [0, 2]], y2, 0.0)
+    assert got[1] == 0.0 and got[0] == pytest.approx(np.linalg.lstsq(X[:, [0]], y2, rcond=None)[0][0])
+
+
+def test_unaligned_attention_and_batch_change_features():
+    """A chunk's attention pairs count as unaligned when context + tokens is off the 8-token
+    alignment; a record's listed chunks are counted one by one; a lone stream starting is no batch
+    change, rows merged into a batch and rows dropped are."""
+    from mlxlab.costmodel import FEATURES, KEY_ALIGN, features, rebatch_counts, record_features
+
+    un = FEATURES.index("prefill_attention_unaligned")
+    pairs = FEATURES.index("prefill_attention")
+    assert KEY_ALIGN == 8
+    assert features(chunks=[(512, 8192)])[un] == 0 and features(chunks=[(504, 8192)])[un] == 0
+    assert features(chunks=[(511, 8192)])[un] == features(chunks=[(511, 8192)])[pairs] > 0
+    listed = record_features({"prefill_tokens": 130, "prefill_context_tokens": 50, "prefill_seqs": [1, 2],
+                              "prefill_chunks": [[80, 0], [50, 50]]})
+    assert listed[pairs] == pytest.approx(80 * 80 / 2 + 50 * 50 + 50 * 50 / 2)
+    assert listed[un] == pytest.approx(80 * 80 / 2 + 50 * 50 + 50 * 50 / 2 - 80 * 80 / 2)  # 80 is aligned, 100 not
+    assert listed[FEATURES.index("prefill_chunks")] == 2
+    assert rebatch_counts({"decode_batch": 1, "joined": 1}) == (0, False)
+    assert rebatch_counts({"decode_batch": 3, "joined": 2}) == (2, True)
+    assert rebatch_counts({"decode_batch": 1, "dropped": 1}) == (0, True)
+
+
+def test_fit_recovers_the_batch_change_and_unaligned_terms():
+    true = {"decode_step": 2e-3, "decode_batch": 5e-4, "join_rows": 2e-3, "batch_changes": 5e-3,
+            "prefill_chunks": 3e-3, "prefill_tokens": 1e-4, "prefill_attention": 2e-8,
+            "prefill_attention_unaligned": 3e-8}
+    truth = StepCostModel.from_coefficients(true, n_obs=1)
+    recs = [{"kind": "decode", "decode_batch": b, "decode_context_tokens": b * c, "duration_s": truth.predict(b, b * c)}
+            for b in (1, 2, 4, 8) for c in (100, 1000, 3000)]
+    for b, joined, dropped in ((4, 4, 0), (2, 1, 0), (3, 2, 0), (2, 0, 2), (1, 0, 1)):
+        recs.append({"kind": "rebatch", "decode_batch": b, "decode_context_tokens": b * 100, "joined": joined,
+                     "dropped": dropped, "duration_s": truth.predict(b, b * 100, join_rows=joined if b >= 2 else 0,
+                                                                     batch_change=True)})
+    for n in (32, 255, 256, 1023, 1024):
+        for ctx in (0, 1000, 3001):
+            recs.append({"kind": "prefill", "prefill_tokens": n, "prefill_context_tokens": ctx, "prefill_seqs": [9],
+                         "duration_s": truth.predict(0, 0, [(n, ctx)])})
+    got = fit_cost_model(recs)
+    assert max(got.relative_error(recs)) < 1e-6
+    for name, value in true.items():
+        assert got.coefficients()[name] == pytest.approx(value, rel=1e-3), name
+
+
+def test_the_simulator_charges_a_batch_change_and_merged_rows():
+    """A prefilled (lone start: nothing merged), then B joins it (two rows merged into a batch:
+    one change, two rows), B finishes and leaves (one change)."""
+    cm = StepCostModel.from_coefficients({"decode_step": 0.01, "join_rows": 0.002, "batch_changes": 0.005,
+                                          "prefill_tokens": 1e-3}, n_obs=1)
+    sim = Simulator(cm, policy="interleave", chunk_size=64)
+    sim.submit([1] * 11, 4)
+    sim.run()  # A alone: no change charged
+    assert [s.duration_s for s in sim.steps if s.phase == "decode"] == pytest.approx([0.01] * 4)
+    sim = Simulator(cm, policy="interleave", chunk_size=64)
+    sim.submit([1] * 11, 4)
+    sim.submit([1] * 11, 2)
+    sim.run()
+    dec = [s for s in sim.steps if s.phase == "decode"]
+    assert [(s.joined, s.dropped) for s in dec][:3] == [(2, 0), (0, 0), (0, 1)]
+    assert dec[0].duration_s == pytest.approx(0.01 + 2 * 0.002 + 0.005)
+    assert dec[2].duration_s == pytest.approx(0.01 + 0.005)
