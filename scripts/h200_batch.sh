@@ -53,7 +53,7 @@ case "$part" in
     T=${T_ENGINE:-300} run $H bench engine --models qwen2.5-0.5b --bits 4 --prompt-tokens 4096 \
       --decode-tokens 128 --repeats 9 --name bench_engine_qwen2.5-0.5b ;;
   rebatch)
-    export MLX_CUDA_USE_CUDNN_SDPA=0 MLX_PTX_CACHE_DIR=/tmp/mlx_ptx  # later processes reuse the JIT cache
+    export MLX_CUDA_USE_CUDNN_SDPA=0 MLX_PTX_CACHE_DIR=.mlxcuda/ptx_cache  # later processes reuse the JIT cache
     P="env PYTHONPATH=.mlxcuda/site:. MLXLAB_PLATFORM=h200 PYTHONUNBUFFERED=1 python3 scripts/rebatch_probe.py --model qwen2.5-coder-1.5b --bits 4"
     [ -d .mlxcuda/site/mlx ] || { mkdir -p .mlxcuda/site && tar xJf .mlxcuda/mlx-cuda-sm90.tar.xz -C .mlxcuda/site; }
     T=200 run $P --label default
