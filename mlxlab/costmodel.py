@@ -36,7 +36,9 @@ Each term, and what it stands for in the engine (:mod:`mlxlab.engine`):
 * ``prefill_chunks``: per chunk forward (its fixed cost); ``prefill_tokens``: tokens pushed
   through the linear layers; ``prefill_attention``: query-key pairs of the chunks' attention
   (``n * context + n**2 / 2`` per chunk); ``prefill_attention_unaligned``: the pairs of chunks
-  whose key length (``context + n``) is not a multiple of :data:`KEY_ALIGN`. On mlx's CUDA
+  whose key length (``context + n``) is not a multiple of :data:`KEY_ALIGN`, each weighted by
+  :func:`unaligned_weight` (1 for an odd key length, 1/2 or 1/4 for a multiple of 2 or 4). A
+  chunk the engine padded (``Engine(key_align=8)``) counts its pad tokens. On mlx's CUDA
   backend (cuDNN attention off) such a chunk's attention runs a slower path: at 8k context a
   511-token chunk took 51 ms against 31 ms for 512 or 504, and 2047 took 140 ms against 92 for
   2048 (``scripts/chunk_probe.py``, ``data/results/h200/chunk_probe.json``). On the CPU the
@@ -61,6 +63,7 @@ prefill_attention``) load with no batched, join or drop cost.
 
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass, field
 from typing import Dict, Iterable, List, Optional, Sequence, Tuple
 
@@ -77,15 +80,33 @@ PREFILL_FEATURES = [8, 9, 10, 11]  # prefill chunks
 KEY_ALIGN = 8  # a chunk whose key length is not a multiple of this pays prefill_attention_unaligned
 
 
+def unaligned_weight(key_length: int) -> float:
+    """How much of the unaligned attention penalty a chunk with this key length pays: 0 when it
+    is a multiple of :data:`KEY_ALIGN`, else ``1 / gcd(key_length, KEY_ALIGN)``. Measured on the
+    H200 at 8k context (``data/results/h200/chunk_probe.json``), a chunk's extra time over its
+    aligned neighbour was +20 ms for 511 (odd key length), +8 ms for 510 (gcd 2) and +4.8 ms for
+    508 (gcd 4): 1, 0.40 and 0.24 of the odd case, against 1, 0.5 and 0.25 here."""
+    g = math.gcd(int(key_length), KEY_ALIGN)
+    return 0.0 if g == KEY_ALIGN else 1.0 / g
+
+
+def _chunk(c) -> Tuple[int, int, int]:
+    """A chunk as (tokens, context, pad): pairs (tokens, context) have no pad."""
+    return (int(c[0]), int(c[1]), int(c[2]) if len(c) > 2 else 0)
+
+
 def features(decode_batch: int = 0, decode_context_tokens: int = 0,
-             chunks: Sequence[Tuple[int, int]] = (), join_tokens: int = 0, drop_tokens: int = 0,
+             chunks: Sequence[Tuple[int, ...]] = (), join_tokens: int = 0, drop_tokens: int = 0,
              join_rows: int = 0, batch_change: bool = False) -> np.ndarray:
     """The feature vector of a step. ``decode_context_tokens``: the KV the decode reads (a lone
     stream's context; for a batch, ``b x longest row``); ``chunks`` lists (tokens, context before
-    the chunk); ``join_rows``: rows merged into a batch cache; ``batch_change``: the step joined
-    rows into a batch or dropped rows."""
+    the chunk), or (tokens, context, pad) for a chunk the engine ran with ``pad`` extra tokens
+    (:func:`mlxlab.engine.pad_tokens`: those go through the model too); ``join_rows``: rows
+    merged into a batch cache; ``batch_change``: the step joined rows into a batch or dropped
+    rows."""
     b = int(decode_batch)
-    pairs = [n * c + n * n / 2.0 for n, c in chunks]
+    ran = [(n + p, c) for n, c, p in map(_chunk, chunks)]
+    pairs = [n * c + n * n / 2.0 for n, c in ran]
     return np.array([
         1.0 if b else 0.0,
         1.0 if b >= 2 else 0.0,
@@ -95,10 +116,10 @@ def features(decode_batch: int = 0, decode_context_tokens: int = 0,
         float(drop_tokens) if b else 0.0,
         float(join_rows) if b else 0.0,
         1.0 if (b and (batch_change or join_rows)) else 0.0,
-        float(len(chunks)),
-        float(sum(n for n, _ in chunks)),
+        float(len(ran)),
+        float(sum(n for n, _ in ran)),
         float(sum(pairs)),
-        float(sum(p for p, (n, c) in zip(pairs, chunks) if (n + c) % KEY_ALIGN)),
+        float(sum(p * unaligned_weight(n + c) for p, (n, c) in zip(pairs, ran))),
     ])
 
 
@@ -131,7 +152,7 @@ def record_features(rec: dict) -> np.ndarray:
                  rows, change)
     listed = rec.get("prefill_chunks")
     if n and listed and sum(int(c[0]) for c in listed) == n:  # each chunk as it ran: exact for several
-        g = features(0, 0, [(int(a), int(c)) for a, c in listed])
+        g = features(0, 0, listed)
         for name in ("prefill_chunks", "prefill_tokens", "prefill_attention", "prefill_attention_unaligned"):
             f[FEATURES.index(name)] = g[FEATURES.index(name)]
         return f

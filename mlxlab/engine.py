@@ -69,7 +69,7 @@ from mlx_lm.generate import maybe_quantize_kv_cache
 from mlx_lm.models.cache import BatchKVCache, KVCache, make_prompt_cache
 
 from .fused import can_fuse, packed_forward
-from .scheduler import Policy, SchedulerState, SeqView, make_policy, next_plan
+from .scheduler import KEY_ALIGN, Policy, SchedulerState, SeqView, make_policy, next_plan, with_key_align
 
 WAITING, PREFILLING, DECODING, DONE = "waiting", "prefilling", "decoding", "done"
 OVERLAP_SYNCS = ("layer", "pipelined", "chunk")
@@ -136,6 +136,7 @@ class StepRecord:
     joined: int = 0  # rows that joined the decode batch at this step's decode
     dropped: int = 0  # rows that left it (finished) at this step's decode
     fused: bool = False  # the decode and the chunks ran as one packed forward
+    padding: Dict[int, int] = field(default_factory=dict)  # request id -> pad tokens its final chunk ran with
 
     @property
     def tokens(self) -> int:
@@ -157,7 +158,9 @@ class StepRecord:
             "prefill_tokens": sum(p[1] for p in self.prefill),
             "prefill_context_tokens": sum(p[2] for p in self.prefill),
             "prefill_seqs": [p[0] for p in self.prefill],
-            "prefill_chunks": [[p[1], p[2]] for p in self.prefill],
+            # [tokens, context] per chunk, and the pad tokens third for a padded final chunk
+            "prefill_chunks": [[p[1], p[2]] + ([self.padding[p[0]]] if self.padding.get(p[0]) else [])
+                               for p in self.prefill],
             "decode_seqs": list(self.decode_seqs),
             "tokens": self.tokens,
             "thread": self.thread,
@@ -236,6 +239,30 @@ def _thread_stream():
     if key not in streams:
         streams[key] = mx.new_stream(dev)
     return streams[key]
+
+
+DEFAULT_KEY_ALIGN = KEY_ALIGN  # one default for the engine, the simulator and the policies
+
+
+def pad_tokens(start: int, n: int, prefill_tokens: int, key_align: int) -> int:
+    """Pad tokens for a chunk of ``n`` prompt tokens after ``start``: for the final chunk of a
+    prompt (``start + n == prefill_tokens``) whose key length ``start + n`` is not a multiple of
+    ``key_align``, enough to reach the next multiple; else 0. Shared by the engine and the
+    simulator so both run (and charge) the same chunks."""
+    end = start + n
+    if key_align <= 1 or end != prefill_tokens or end % key_align == 0:
+        return 0
+    return -end % key_align
+
+
+def can_pad(module) -> bool:
+    """Whether a prefill chunk of ``module`` can run padded and be trimmed back: every layer's
+    cache is a plain ``KVCache`` (trim only moves its offset back). Caches that keep a state
+    (SSM layers) or a window (``RotatingKVCache``) are never padded."""
+    try:
+        return _all_plain(make_prompt_cache(module))
+    except Exception:  # a module mlx-lm cannot make a cache for: leave chunks as they are
+        return False
 
 
 def _all_plain(caches) -> bool:
@@ -326,6 +353,15 @@ class Engine:
             sequence) instead of back to back. None (default) follows the policy (``stall_free``
             fuses); True requires a model that can (llama/qwen2 families) and fuses every mixed
             step; False never. Not used in overlap mode (there decode and chunks run apart).
+        key_align: run the final chunk of each prompt padded (with copies of its last token,
+            after it, so no real token sees them) to a key length that is a multiple of this,
+            then trim the pad back off the cache. On mlx's CUDA backend a chunk whose key length
+            is off a multiple of 8 runs a slower attention path: at 8k context a 2047-token chunk
+            took 140 ms against 92 for 2048 (``scripts/chunk_probe.py``), and every prompt of
+            even length ends in such a chunk. 1 turns padding off; models whose caches cannot be
+            trimmed (SSM or sliding-window layers) are never padded. Greedy output is unchanged.
+            A policy given by name that takes ``key_align`` (``stall_free``, ``slo``) gets this
+            value too unless ``policy_options`` set it: its chunks then end aligned as well.
         policy_options: keyword options for a policy given by name.
 
     The engine is not thread-safe: call its methods from one thread.
@@ -337,11 +373,13 @@ class Engine:
                  overlap: bool = False, overlap_sync: str = "layer", prefix_cache=None,
                  warmup: str = "off", kv_budget_bytes: Optional[int] = None,
                  cache_limit_bytes: Optional[int] = None, memory_limit_bytes: Optional[int] = None,
-                 fuse: Optional[bool] = None, **policy_options):
+                 fuse: Optional[bool] = None, key_align: int = DEFAULT_KEY_ALIGN, **policy_options):
         if not isinstance(chunk_size, int) or chunk_size <= 0:
             raise ValueError(f"chunk_size must be a positive integer, got {chunk_size!r}")
         if not isinstance(overlap, bool):
             raise ValueError(f"overlap must be True or False, got {overlap!r}")
+        if not isinstance(key_align, int) or key_align < 1:
+            raise ValueError(f"key_align must be a positive integer (1 turns padding off), got {key_align!r}")
         if overlap_sync not in OVERLAP_SYNCS:
             raise ValueError(f"overlap_sync must be one of {OVERLAP_SYNCS}, got {overlap_sync!r}")
         for name, v in (("kv_budget_bytes", kv_budget_bytes), ("cache_limit_bytes", cache_limit_bytes),
@@ -358,7 +396,7 @@ class Engine:
         self.module = _module(model)
         self.kv_bytes_per_token = _kv_bytes_per_token(model)
         self.vocab_size, self.max_context = _model_limits(model)
-        self.policy = make_policy(policy, **policy_options)
+        self.policy = make_policy(policy, **with_key_align(policy, key_align, policy_options))
         if fuse not in (None, True, False):
             raise ValueError(f"fuse must be None, True or False, got {fuse!r}")
         fusable, why = can_fuse(self.module)
@@ -366,6 +404,7 @@ class Engine:
             raise ValueError(f"fuse=True but this model cannot run packed steps ({why}); use fuse=False")
         self.fuse = bool(fusable and not overlap and (fuse if fuse is not None else getattr(self.policy, "fuse", False)))
         self.chunk_size = chunk_size
+        self.key_align = key_align if can_pad(self.module) else 1
         self.sampler = sampler or greedy
         self.stop_tokens = frozenset(int(t) for t in stop_tokens)
         self._clock = clock
@@ -607,8 +646,10 @@ class Engine:
                 patched.append(c)
             except AttributeError:
                 pass
+        pad = pad_tokens(start, n, seq.prefill_tokens, self.key_align)
         try:
-            self.module(mx.array(req.prompt[start:start + n])[None], cache=seq.cache)
+            self.module(mx.array(self._chunk_tokens(seq, start, n, pad))[None], cache=seq.cache)
+            self._trim(seq, pad, rec)
             _maybe_quantize(seq)
             mx.eval([c.state for c in seq.cache])
         finally:
@@ -624,6 +665,20 @@ class Engine:
             seq.req.state = PREFILLING
             seq.req.prefill_start_s = self.now()
         return seq.prefilled
+
+    @staticmethod
+    def _chunk_tokens(seq: _Seq, start: int, n: int, pad: int) -> List[int]:
+        """The chunk's prompt tokens, then ``pad`` copies of its last (see ``key_align``)."""
+        return seq.req.prompt[start:start + n] + [seq.req.prompt[start + n - 1]] * pad
+
+    @staticmethod
+    def _trim(seq: _Seq, pad: int, rec: StepRecord) -> None:
+        """Take a padded chunk's pad tokens back off the sequence's cache (lazy: only the offset
+        moves; the next write lands over them)."""
+        if pad:
+            for c in seq.cache:
+                c.trim(pad)
+            rec.padding[seq.req.id] = pad
 
     def _end_chunk(self, seq: _Seq, n: int, start: int, rec: StepRecord) -> bool:
         seq.prefilled += n
@@ -773,10 +828,13 @@ class Engine:
         packed = [(self._seqs[i], n) for i, n in chunks] if self._decoding else []
         if packed:
             starts = [self._begin_chunk(seq) for seq, _ in packed]
-            segs = [(mx.array(seq.req.prompt[a:a + n]), seq.cache) for (seq, n), a in zip(packed, starts)]
+            pads = [pad_tokens(a, n, seq.prefill_tokens, self.key_align) for (seq, n), a in zip(packed, starts)]
+            segs = [(mx.array(self._chunk_tokens(seq, a, n, p)), seq.cache)
+                    for (seq, n), a, p in zip(packed, starts, pads)]
             logits = packed_forward(self.module, self._inputs, self._batch_cache, segs)
             rec.fused = True
-            for seq, _ in packed:
+            for (seq, _), p in zip(packed, pads):
+                self._trim(seq, p, rec)
                 _maybe_quantize(seq)
             groups.append((self.sampler(logits), list(self._decoding)))
         elif self._decoding:

@@ -66,6 +66,25 @@ class StepPlan:
         return sum(n for _, n in self.prefill)
 
 
+KEY_ALIGN = 8  # the engine's default key_align (mlxlab.engine.DEFAULT_KEY_ALIGN); no MLX import here
+
+
+def align_chunk(n: int, s: SeqView, key_align: int, up: bool = False) -> int:
+    """``n`` tokens of ``s``'s prompt, cut so the chunk ends at a key length that is a multiple
+    of ``key_align`` (at most ``key_align - 1`` tokens fewer; 0 when the cut takes them all). A
+    chunk that finishes the prompt is left alone (the engine pads it instead:
+    ``Engine(key_align=...)``). On mlx's CUDA backend a chunk ending off a multiple of 8 ran up to 1.65x the
+    time of one ending on it (``scripts/chunk_probe.py``), so a token budget less one decode
+    (511) would pay that at every step of a long prompt. ``up``: grow the chunk to the next
+    aligned end instead (for a lower bound on the chunk), unless that passes the prompt's end."""
+    if key_align <= 1 or n >= s.remaining_prefill:
+        return n
+    if up:
+        grown = n + (-(s.prefilled_tokens + n)) % key_align
+        return grown if grown < s.remaining_prefill else n
+    return n - (s.prefilled_tokens + n) % key_align
+
+
 class Policy:
     """Base class: subclasses implement :meth:`schedule`. ``observe`` receives each finished
     step record (a dict) for policies that learn from measured step times."""
@@ -157,15 +176,22 @@ class StallFree(Policy):
     """Sarathi-Serve's stall-free batching: a token budget per step, filled with every
     decoding sequence first (one token each), then the in-flight prefills' chunks, then new
     prefills chunked to fit. Decoding never waits for a whole prompt; a step never carries
-    more than ``token_budget`` tokens unless the decoding sequences alone exceed it."""
+    more than ``token_budget`` tokens unless the decoding sequences alone exceed it.
+
+    ``key_align``: each chunk that does not finish its prompt ends at a key length that is a
+    multiple of it (:func:`align_chunk`), so a 512 budget with one decode runs 504-token chunks
+    rather than 511s; 1 fills the budget exactly, as Sarathi-Serve does."""
 
     name = "stall_free"
     fuse = True  # Sarathi-Serve packs a step's decodes and chunk into one forward
 
-    def __init__(self, token_budget: int = 512):
+    def __init__(self, token_budget: int = 512, key_align: int = KEY_ALIGN):
         if token_budget < 1:
             raise ValueError(f"token_budget must be >= 1, got {token_budget}")
+        if key_align < 1:
+            raise ValueError(f"key_align must be >= 1 (1: chunks as the budget gives them), got {key_align}")
         self.token_budget = token_budget
+        self.key_align = key_align
 
     def schedule(self, state: SchedulerState) -> StepPlan:
         plan = StepPlan(decode=bool(state.decoding))
@@ -175,12 +201,16 @@ class StallFree(Policy):
             if budget <= 0:
                 break
             n = min(budget, state.chunk_size, s.remaining_prefill)
+            aligned = align_chunk(n, s, self.key_align)
+            if aligned <= 0 and plan.prefill:  # the budget left cannot end a chunk aligned: leave it
+                continue
+            n = aligned if aligned > 0 else n  # (a step's only chunk is never dropped: prompts must progress)
             plan.prefill.append((s.seq_id, n))
             budget -= n
         return plan
 
     def __repr__(self) -> str:
-        return f"StallFree(token_budget={self.token_budget})"
+        return f"StallFree(token_budget={self.token_budget}, key_align={self.key_align})"
 
 
 class SLOChunking(Policy):
@@ -210,14 +240,17 @@ class SLOChunking(Policy):
 
     ``chunk_multiple`` rounds each chosen chunk down to a multiple of it (never below
     ``min_chunk``). A backend that prepares work per query length (mlx's CUDA attention and
-    matmuls) pays that again for every new size; a grid keeps the sizes few."""
+    matmuls) pays that again for every new size; a grid keeps the sizes few. ``key_align`` then
+    cuts the chunk so it ends on a key length that is a multiple of it (:func:`align_chunk`)."""
 
     name = "slo"
 
     def __init__(self, itl_target_s: float = 0.05, min_chunk: int = 32, max_chunk: int = 2048,
                  cost_model=None, interactive_tenants: Optional[Sequence[str]] = None,
                  refit_every: int = 16, min_observations: int = 8, history: int = 512,
-                 infeasible_efficiency: float = 0.5, chunk_multiple: int = 1):
+                 infeasible_efficiency: float = 0.5, chunk_multiple: int = 1, key_align: int = KEY_ALIGN):
+        if key_align < 1:
+            raise ValueError(f"key_align must be >= 1 (1: chunks as chosen), got {key_align}")
         if itl_target_s <= 0:
             raise ValueError(f"itl_target_s must be positive, got {itl_target_s}")
         if chunk_multiple < 1:
@@ -238,6 +271,7 @@ class SLOChunking(Policy):
         self.infeasible_efficiency = float(infeasible_efficiency)
         self._largest_seen = 0  # largest chunk in the fitting window (the learned model's trust region)
         self.chunk_multiple = int(chunk_multiple)
+        self.key_align = int(key_align)
         self._records: List[dict] = []
         self.chosen: List[int] = []  # chunk sizes chosen while streams decoded (for plots)
         self.infeasible_steps = 0  # of those, how many had no chunk size meeting the target
@@ -272,21 +306,26 @@ class SLOChunking(Policy):
             hi = self.max_chunk
             if self._learn:  # no extrapolation far past what the model has seen (class docstring)
                 hi = min(hi, max(self.min_chunk, 2 * self._largest_seen))
-            if self.cost_model.predict(batch, ctx, [(self.min_chunk, at)]) <= self.itl_target_s:
+            feasible = self.cost_model.predict(batch, ctx, [(self.min_chunk, at)]) <= self.itl_target_s
+            if feasible:
                 n = self.cost_model.largest_chunk(self.itl_target_s, batch, ctx, at, self.min_chunk, hi)
             else:  # the target cannot be met: see the class docstring
                 self.infeasible_steps += 1
                 n = self.cost_model.efficient_chunk(batch, ctx, at, self.min_chunk, hi, self.infeasible_efficiency)
             if self.chunk_multiple > 1:
                 n = max(self.min_chunk, n - n % self.chunk_multiple)
+            n = min(n, s.remaining_prefill)
+            # a budget is an upper bound (align down); the knee a lower one (align up)
+            n = align_chunk(n, s, self.key_align, up=not feasible) or n
             self.chosen.append(n)
-        plan.prefill.append((s.seq_id, min(n, s.remaining_prefill)))
+        plan.prefill.append((s.seq_id, align_chunk(min(n, s.remaining_prefill), s, self.key_align) or
+                             min(n, s.remaining_prefill)))
         return plan
 
     def __repr__(self) -> str:
         return (f"SLOChunking(itl_target_s={self.itl_target_s}, min_chunk={self.min_chunk}, "
                 f"max_chunk={self.max_chunk}, infeasible_efficiency={self.infeasible_efficiency}, "
-                f"chunk_multiple={self.chunk_multiple})")
+                f"chunk_multiple={self.chunk_multiple}, key_align={self.key_align})")
 
 
 POLICIES: Dict[str, Callable[..., Policy]] = {
@@ -309,6 +348,18 @@ def make_policy(policy: "str | Policy", **kwargs) -> Policy:
     except KeyError:
         raise ValueError(f"unknown policy {policy!r}; choose one of {sorted(POLICIES)}") from None
     return factory(**kwargs)
+
+
+def with_key_align(policy: "str | Policy", key_align: int, options: dict) -> dict:
+    """``options`` for a policy named ``policy``, with the executor's ``key_align`` added when the
+    policy takes one and the caller did not set it: one knob turns both the executor's padding and
+    the policy's chunk alignment off (``key_align=1``)."""
+    import inspect
+
+    factory = POLICIES.get(policy) if isinstance(policy, str) else None
+    if factory is None or "key_align" in options or "key_align" not in inspect.signature(factory).parameters:
+        return options
+    return {**options, "key_align": key_align}
 
 
 def next_plan(policy: Policy, state: SchedulerState) -> StepPlan:

@@ -67,9 +67,9 @@ from typing import Dict, List, Optional, Sequence
 
 import numpy as np
 
-from .engine import DECODING, DONE, PREFILLING, Request, StepRecord, validate_request
+from .engine import DECODING, DEFAULT_KEY_ALIGN, DONE, PREFILLING, Request, StepRecord, pad_tokens, validate_request
 from .engine import _Seq as _EngineSeq
-from .scheduler import Policy, SchedulerState, make_policy, next_plan
+from .scheduler import Policy, SchedulerState, make_policy, next_plan, with_key_align
 
 DEFAULT_VOCAB_SIZE = 2**31 - 1  # accept any non-negative 32-bit id unless told the model's
 DEFAULT_MAX_CONTEXT = 131072
@@ -126,15 +126,21 @@ class Simulator:
         fuse: as :class:`mlxlab.engine.Engine`'s: a step with decodes and chunks is one packed
             forward, charged ``predict(batch, kv, chunks)`` as a whole, its chunks starting with
             it and its tokens stamped at its end (None: follow the policy, as ``stall_free``).
+        key_align: as the engine's: the final chunk of a prompt is charged padded to a key length
+            that is a multiple of this (:func:`mlxlab.engine.pad_tokens`); 1 for none.
+            :meth:`for_model` sets 1 for a model the engine would not pad.
     """
 
     def __init__(self, cost_model, /, *, policy: "str | Policy" = "interleave", chunk_size: int = 2048,
                  vocab_size: int = DEFAULT_VOCAB_SIZE, max_context: int = DEFAULT_MAX_CONTEXT,
                  stop_tokens: Sequence[int] = (), noise: float = 0.0, seed: int = 0,
                  output_token: int = 0, padded_kv: bool = True, host_timing: bool = True,
-                 rebatch_costs: bool = True, fuse: Optional[bool] = None, **policy_options):
+                 rebatch_costs: bool = True, fuse: Optional[bool] = None, key_align: int = DEFAULT_KEY_ALIGN,
+                 **policy_options):
         if not isinstance(chunk_size, int) or chunk_size <= 0:
             raise ValueError(f"chunk_size must be a positive integer, got {chunk_size!r}")
+        if not isinstance(key_align, int) or key_align < 1:
+            raise ValueError(f"key_align must be a positive integer (1 turns padding off), got {key_align!r}")
         if not (isinstance(noise, (int, float)) and noise >= 0 and math.isfinite(noise)):
             raise ValueError(f"noise must be a finite number >= 0, got {noise!r}")
         if not isinstance(vocab_size, int) or vocab_size < 1:
@@ -144,13 +150,14 @@ class Simulator:
         if not 0 <= int(output_token) < vocab_size:
             raise ValueError(f"output_token {output_token} is outside the vocabulary [0, {vocab_size})")
         self.cost_model = _as_cost_model(cost_model)
-        self.policy = make_policy(policy, **policy_options)
+        self.policy = make_policy(policy, **with_key_align(policy, key_align, policy_options))
         if fuse not in (None, True, False):
             raise ValueError(f"fuse must be None, True or False, got {fuse!r}")
         # as the engine: packed steps when the policy asks for them (the simulator has no model
         # to check; fuse=False simulates an engine whose model cannot pack)
         self.fuse = bool(fuse if fuse is not None else getattr(self.policy, "fuse", False))
         self.chunk_size = chunk_size
+        self.key_align = key_align
         self.vocab_size = vocab_size
         self.max_context = max_context
         self.stop_tokens = frozenset(int(t) for t in stop_tokens)
@@ -185,9 +192,11 @@ class Simulator:
             vocab = int(model["vocab_size"])
             ctx = int(model.get("max_position_embeddings") or DEFAULT_MAX_CONTEXT)
         else:
-            from .engine import _model_limits
+            from .engine import _model_limits, _module, can_pad
 
             vocab, ctx = _model_limits(model)
+            if not can_pad(_module(model)):
+                kwargs.setdefault("key_align", 1)
         kwargs.setdefault("vocab_size", vocab)
         kwargs.setdefault("max_context", ctx)
         return cls(cost_model, **kwargs)
@@ -275,7 +284,7 @@ class Simulator:
             # its longest row, so every row costs the longest context (a lone row its own)
             decode_ctx = len(rows) * max(contexts) if (self.padded_kv and len(rows) > 1) else sum(contexts)
         if fused:  # one packed forward: the chunks start with it, the tokens come at its end
-            chunks = [(n, self._seqs[i].prefilled) for i, n in plan.prefill]
+            chunks = [self._charged(self._seqs[i], n) for i, n in plan.prefill]
             total = max(0.0, cm.predict(len(rows), decode_ctx, chunks, **self._rebatch_kw(join_tokens, drop_tokens, rec)))
             start = t if self._tail is None else max(t, self._busy_until)
             self._flush(read_at=t)  # the previous decode-only step's tokens, read after queueing this one
@@ -306,9 +315,7 @@ class Simulator:
         else:
             t = self._flush(read_at=t)  # waits for a forward still running
         if plan.prefill and not fused:
-            chunks = []
-            for seq_id, n in plan.prefill:
-                chunks.append((n, self._seqs[seq_id].prefilled))
+            chunks = [self._charged(self._seqs[seq_id], n) for seq_id, n in plan.prefill]
             total = cm.predict(len(rows), decode_ctx, chunks) - (cm.predict(len(rows), decode_ctx, []) if rows else 0.0)
             each = [max(0.0, cm.predict(0, 0, [c])) for c in chunks]
             scale = (max(0.0, total) / sum(each)) if sum(each) > 0 else 0.0
@@ -361,6 +368,12 @@ class Simulator:
         return [s for s in self._decoding
                 if not s.req.done and not s.stopped and s.issued < s.req.max_tokens]
 
+    def _charged(self, seq: _SimSeq, n: int) -> tuple:
+        """The chunk as the cost model charges it: (tokens, context), and the pad tokens third
+        when the engine would run it padded."""
+        pad = pad_tokens(seq.prefilled, n, seq.prefill_tokens, self.key_align)
+        return (n, seq.prefilled, pad) if pad else (n, seq.prefilled)
+
     def _chunk(self, seq: _SimSeq, n: int, t: float, rec: StepRecord) -> None:
         """Book a chunk of ``n`` prompt tokens starting at ``t``; a finished prefill becomes ready."""
         if not seq.started:
@@ -368,6 +381,9 @@ class Simulator:
             seq.req.state = PREFILLING
             seq.req.prefill_start_s = t
         rec.prefill.append((seq.req.id, n, seq.prefilled))
+        pad = pad_tokens(seq.prefilled, n, seq.prefill_tokens, self.key_align)
+        if pad:
+            rec.padding[seq.req.id] = pad
         seq.prefilled += n
         if seq.prefilled == seq.prefill_tokens:
             self._queue.remove(seq)

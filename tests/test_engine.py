@@ -105,6 +105,39 @@ def test_small_model_matches_generate_step(small, policy, chunk_size):
         assert_matches(r.output_tokens, cached_reference(small, p))
 
 
+@pytest.mark.parametrize("policy, options", [("interleave", {}), ("stall_free", {"token_budget": 40})])
+def test_padded_final_chunks_leave_outputs_and_caches_as_without(tiny, policy, options):
+    """key_align=8 (the default) runs each prompt's last chunk padded to a key length that is a
+    multiple of 8 and trims the pad back off: the records say so, the greedy tokens equal mlx-lm's
+    and an unpadded engine's, and each cache holds exactly prompt + generated tokens."""
+    rng = random.Random(11)
+    prompts = prompts_for(rng, tiny.vocab_size, [38, 9, 70, 64, 100])  # 64: already aligned (63 prefilled)
+    runs = {}
+    for align in (8, 1):
+        eng = Engine(tiny, policy=policy, chunk_size=32, key_align=align, **options)
+        reqs = [eng.submit(p, MAX_TOKENS) for p in prompts]
+        eng.run()
+        runs[align] = (eng, reqs)
+    eng, reqs = runs[8]
+    pads = {rid: pad for s in eng.steps for rid, pad in s.padding.items()}
+    assert pads == {r.id: -(len(p) - 1) % 8 for r, p in zip(reqs, prompts) if (len(p) - 1) % 8}
+    assert not any(s.padding for s in runs[1][0].steps)
+    for r, r1, p in zip(reqs, runs[1][1], prompts):
+        assert r.output_tokens == r1.output_tokens
+        assert_matches(r.output_tokens, cached_reference(tiny, p))
+    # the cache a prefill leaves behind holds the prompt less its last token, never the pad
+    eng = Engine(tiny, policy=policy, chunk_size=32, **options)
+    r = eng.submit(prompts[0], 2)
+    while not eng._ready:
+        eng.step()
+    assert eng._ready[0].cache[0].offset == len(prompts[0]) - 1
+
+
+def test_bad_key_align_is_refused(tiny):
+    with pytest.raises(ValueError, match="key_align"):
+        Engine(tiny, key_align=0)
+
+
 def test_near_ties_are_rare():
     # runs after the exactness tests in this module (pytest keeps file order)
     assert _stats["steps"] > 500

@@ -107,11 +107,25 @@ def test_stall_free_never_exceeds_its_token_budget(seed, budget):
 
 
 def test_stall_free_serves_in_flight_prefill_before_new_ones():
-    pol = StallFree(token_budget=300)
+    pol = StallFree(token_budget=300, key_align=1)
     new = SeqView(1, "b", 0, 1000, 0)
     started = SeqView(2, "b", 0, 1000, 200)
     plan = pol.schedule(SchedulerState(0, 4096, [new, started], [SeqView(3, "c", 0, 5, 5, 1, 9)]))
     assert plan.decode and plan.prefill == [(2, 299)]
+
+
+def test_stall_free_ends_chunks_on_aligned_key_lengths():
+    """With key_align=8 (the default) a chunk that does not finish its prompt ends at a key
+    length that is a multiple of 8: the budget less one decode (299 tokens after 200) becomes
+    296, and the 3 tokens left are not spent on an unaligned chunk of the next prompt."""
+    pol = StallFree(token_budget=300)
+    new = SeqView(1, "b", 0, 1000, 0)
+    started = SeqView(2, "b", 0, 1000, 200)
+    plan = pol.schedule(SchedulerState(0, 4096, [new, started], [SeqView(3, "c", 0, 5, 5, 1, 9)]))
+    assert plan.prefill == [(2, 296)] and (200 + 296) % 8 == 0
+    # a prompt's last chunk is left as it is (the engine pads it): 5 of 5 remaining tokens
+    last = SeqView(4, "b", 0, 1005, 1000)
+    assert pol.schedule(SchedulerState(0, 4096, [last], [])).prefill == [(4, 5)]
 
 
 def _fitted_cost_model():

@@ -28,7 +28,7 @@ def test_hand_computed_packed_steps_under_stall_free():
     A (11 tokens: 10 prefilled), budget 21. step 0 prefill: A 10 (0.1 + 0.010) -> 0.110.
     B (61 tokens: 60 prefilled) arrives. step 1 packed: decode A + B 20 -> 0.010 + 0.001 + 0.1 +
     0.020 = 0.131 -> A's first token at 0.241 (back to back it would come at 0.121)."""
-    sim = Simulator(HAND, policy="stall_free", token_budget=21, chunk_size=64)
+    sim = Simulator(HAND, policy="stall_free", token_budget=21, chunk_size=64, key_align=1)
     assert sim.fuse
     a = sim.submit(list(range(1, 12)), 4, tenant="chat")
     sim.step()
@@ -38,7 +38,7 @@ def test_hand_computed_packed_steps_under_stall_free():
     assert b.prefill_start_s == pytest.approx(0.110)
     assert a.token_times_s == [pytest.approx(0.241)] and rec.end_s == pytest.approx(0.241)
     sim.run()
-    unfused = Simulator(HAND, policy="stall_free", token_budget=21, chunk_size=64, fuse=False)
+    unfused = Simulator(HAND, policy="stall_free", token_budget=21, chunk_size=64, fuse=False, key_align=1)
     ua = unfused.submit(list(range(1, 12)), 4, tenant="chat")
     unfused.step()
     unfused.submit(list(range(1, 62)), 1, tenant="batch", arrival_s=unfused.now())
@@ -52,7 +52,7 @@ def test_hand_computed_token_times_under_interleave():
     step 1 mixed:   decode A (0.010 + 0.001) -> A's token at 0.271; B 50 more (0.150) -> 0.421
     step 2 decode:  A, B (0.010 + 0.002)     -> both tokens at 0.433 (read during step 3)
     step 3 decode:  A, B                     -> both tokens at 0.445; both hit max_tokens."""
-    sim = Simulator(HAND, policy="interleave", chunk_size=50)
+    sim = Simulator(HAND, policy="interleave", chunk_size=50, key_align=1)
     a = sim.submit(list(range(1, 12)), 3, tenant="chat")
     b = sim.submit(list(range(1, 102)), 2, tenant="batch")
     sim.run()
@@ -70,6 +70,25 @@ def test_hand_computed_token_times_under_interleave():
     assert [t for s in sim.steps for t in (s.start_s, s.end_s)] == pytest.approx(
         [0.0, 0.26, 0.26, 0.421, 0.421, 0.433, 0.433, 0.445])
     assert sim.now() == pytest.approx(0.445) and not sim.has_work
+
+
+def test_a_padded_final_chunk_is_charged_its_pad():
+    """With key_align=8 (the engine's default) a prompt's last chunk runs padded to a key length
+    that is a multiple of 8: A (11 tokens: 10 prefilled) is charged 16 tokens (0.1 + 0.016), and
+    the record says so; 64 tokens (63 prefilled) in chunks of 32: the first chunk ends aligned,
+    the last (31 after 32) is padded by 1."""
+    sim = Simulator(HAND, policy="interleave", chunk_size=32)
+    a = sim.submit(list(range(1, 12)), 1)
+    rec = sim.step()
+    assert rec.prefill == [(a.id, 10, 0)] and rec.padding == {a.id: 6}
+    assert rec.end_s == pytest.approx(0.116)
+    assert rec.as_dict()["prefill_chunks"] == [[10, 0, 6]]
+    b = sim.submit(list(range(1, 65)), 1)
+    sim.run()
+    pads = [s.padding for s in sim.steps if b.id in {p[0] for p in s.prefill}]
+    assert pads == [{}, {b.id: 1}]
+    with pytest.raises(ValueError, match="key_align"):
+        Simulator(HAND, key_align=0)
 
 
 def test_deferred_reads_lag_like_the_engine():
@@ -97,7 +116,7 @@ def test_pipelined_token_times_with_tail_and_overhead():
     chunk to 0.357; step 6 decodes A and B (12 ms, returns 0.366), step 7 B alone reads them
     (0.377), and the run's final flush waits for step 7's forward (0.381)."""
     cm = StepCostModel.from_coefficients(HAND.coefficients(), n_obs=1, tail_s=0.004, overhead_s=0.001)
-    sim = Simulator(cm, policy="interleave", chunk_size=50)
+    sim = Simulator(cm, policy="interleave", chunk_size=50, key_align=1)
     a = sim.submit([5], 6, tenant="chat")
     for _ in range(3):
         sim.step()
@@ -172,10 +191,11 @@ def test_same_decisions_as_the_engine(tiny, policy, options):
         ex.run()
 
     def trace(ex):
-        return [(s.phase, s.decode_seqs, s.prefill, s.decode_context_tokens, s.joined, s.dropped, s.fused)
-                for s in ex.steps]
+        return [(s.phase, s.decode_seqs, s.prefill, s.decode_context_tokens, s.joined, s.dropped, s.fused,
+                 s.padding) for s in ex.steps]
 
     assert trace(sim) == trace(eng)
+    assert any(s.padding for s in eng.steps)  # final chunks ran padded (key_align=8), in both
     # the batch changes and packed steps the records name really happen in this trace
     assert sum(s.joined for s in eng.steps) == len(specs)  # every request joins the decode rows once
     assert sum(s.dropped for s in eng.steps) >= 1
@@ -392,10 +412,20 @@ def test_unaligned_attention_and_batch_change_features():
     assert KEY_ALIGN == 8
     assert features(chunks=[(512, 8192)])[un] == 0 and features(chunks=[(504, 8192)])[un] == 0
     assert features(chunks=[(511, 8192)])[un] == features(chunks=[(511, 8192)])[pairs] > 0
+    # a key length that is a multiple of 2 or 4 pays a half or a quarter (the H200 probe: 0.40, 0.24)
+    assert features(chunks=[(510, 8192)])[un] == pytest.approx(features(chunks=[(510, 8192)])[pairs] / 2)
+    assert features(chunks=[(508, 8192)])[un] == pytest.approx(features(chunks=[(508, 8192)])[pairs] / 4)
+    # a chunk run padded by one token is aligned, and its pad goes through the model
+    padded = features(chunks=[(511, 8192, 1)])
+    assert padded[un] == 0 and padded[FEATURES.index("prefill_tokens")] == 512
+    assert padded[pairs] == features(chunks=[(512, 8192)])[pairs]
+    assert record_features({"prefill_tokens": 511, "prefill_context_tokens": 8192, "prefill_seqs": [1],
+                            "prefill_chunks": [[511, 8192, 1]]})[un] == 0
     listed = record_features({"prefill_tokens": 130, "prefill_context_tokens": 50, "prefill_seqs": [1, 2],
                               "prefill_chunks": [[80, 0], [50, 50]]})
     assert listed[pairs] == pytest.approx(80 * 80 / 2 + 50 * 50 + 50 * 50 / 2)
-    assert listed[un] == pytest.approx(80 * 80 / 2 + 50 * 50 + 50 * 50 / 2 - 80 * 80 / 2)  # 80 is aligned, 100 not
+    # 80 is aligned; 100 is a multiple of 4, not 8: a quarter
+    assert listed[un] == pytest.approx((50 * 50 + 50 * 50 / 2) / 4)
     assert listed[FEATURES.index("prefill_chunks")] == 2
     assert rebatch_counts({"decode_batch": 1, "joined": 1}) == (0, False)
     assert rebatch_counts({"decode_batch": 3, "joined": 2}) == (2, True)
