@@ -97,19 +97,22 @@ def _chunk(c) -> Tuple[int, int, int]:
 
 def features(decode_batch: int = 0, decode_context_tokens: int = 0,
              chunks: Sequence[Tuple[int, ...]] = (), join_tokens: int = 0, drop_tokens: int = 0,
-             join_rows: int = 0, batch_change: bool = False) -> np.ndarray:
+             join_rows: int = 0, batch_change: bool = False, packed: bool = False) -> np.ndarray:
     """The feature vector of a step. ``decode_context_tokens``: the KV the decode reads (a lone
     stream's context; for a batch, ``b x longest row``); ``chunks`` lists (tokens, context before
     the chunk), or (tokens, context, pad) for a chunk the engine ran with ``pad`` extra tokens
     (:func:`mlxlab.engine.pad_tokens`: those go through the model too); ``join_rows``: rows
     merged into a batch cache; ``batch_change``: the step joined rows into a batch or dropped
-    rows."""
+    rows; ``packed``: the decode and the chunks run as one forward (:mod:`mlxlab.fused`), so the
+    decode's fixed cost (``decode_step``, ``decode_batched``: a whole forward's weights and host
+    work) is the chunk's, and only its per-row and context terms are added."""
     b = int(decode_batch)
+    own = not (packed and chunks)  # a packed decode rides on its chunks' forward
     ran = [(n + p, c) for n, c, p in map(_chunk, chunks)]
     pairs = [n * c + n * n / 2.0 for n, c in ran]
     return np.array([
-        1.0 if b else 0.0,
-        1.0 if b >= 2 else 0.0,
+        1.0 if (b and own) else 0.0,
+        1.0 if (b >= 2 and own) else 0.0,
         float(b),
         float(decode_context_tokens) if b else 0.0,
         float(join_tokens) if b else 0.0,
@@ -149,7 +152,7 @@ def record_features(rec: dict) -> np.ndarray:
         kv = rec.get("decode_context_tokens", 0)
     rows, change = rebatch_counts(rec)
     f = features(rec.get("decode_batch", 0), kv, chunks, rec.get("join_tokens", 0), rec.get("drop_tokens", 0),
-                 rows, change)
+                 rows, change, packed=bool(rec.get("fused")))
     listed = rec.get("prefill_chunks")
     if n and listed and sum(int(c[0]) for c in listed) == n:  # each chunk as it ran: exact for several
         g = features(0, 0, listed)
@@ -240,10 +243,10 @@ class StepCostModel:
 
     def predict(self, decode_batch: int = 0, decode_context_tokens: int = 0,
                 chunks: Sequence[Tuple[int, int]] = (), join_tokens: int = 0, drop_tokens: int = 0,
-                join_rows: int = 0, batch_change: bool = False) -> float:
+                join_rows: int = 0, batch_change: bool = False, packed: bool = False) -> float:
         """Predicted step time in seconds (the linear terms; not ``overhead_s``)."""
         return float(features(decode_batch, decode_context_tokens, chunks, join_tokens, drop_tokens, join_rows,
-                              batch_change) @ self.coef)
+                              batch_change, packed) @ self.coef)
 
     def predict_record(self, rec: dict) -> float:
         return float(record_features(rec) @ self.coef)

@@ -265,6 +265,22 @@ def can_pad(module) -> bool:
         return False
 
 
+def _presize(caches, tokens: Optional[int]) -> None:
+    """Make each plain ``KVCache`` of a new prompt allocate room for ``tokens`` at its first
+    write (None: back to mlx-lm's 256-token growth step). mlx-lm's cache grows by 256 tokens at a
+    time: a chunk of 256 or more reallocates every layer's keys and values at a size never seen
+    before and copies the whole context into them, so a 16k prompt in 512-token chunks rewrote its
+    growing cache 32 times. On the H200 such steps showed allocator spikes of +30 ms at the same
+    contexts in every repeat (``data/results/h200/sim_validation.json``, 2026-11-29). Values are
+    unchanged: the same writes land in a larger buffer."""
+    for c in caches or ():
+        if type(c) is KVCache:
+            if tokens is None:
+                c.__dict__.pop("step", None)
+            elif c.keys is None:
+                c.step = max(KVCache.step, -(-int(tokens) // KVCache.step) * KVCache.step)
+
+
 def _all_plain(caches) -> bool:
     return all(type(c) is KVCache for c in caches)
 
@@ -661,6 +677,7 @@ class Engine:
         """Give a sequence about to prefill its cache and start time; returns where it starts."""
         if seq.cache is None:
             seq.cache = make_prompt_cache(self.module)
+            _presize(seq.cache, seq.prefill_tokens + self.key_align)
         if seq.req.prefill_start_s is None:
             seq.req.state = PREFILLING
             seq.req.prefill_start_s = self.now()
@@ -686,6 +703,7 @@ class Engine:
         return seq.prefilled == seq.prefill_tokens
 
     def _prefilled(self, seq: _Seq) -> None:
+        _presize(seq.cache, None)  # decoding grows the cache by mlx-lm's step again
         self._queue.remove(seq)
         self._ready.append(seq)
 

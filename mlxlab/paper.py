@@ -140,8 +140,9 @@ def single_request_section(res: Path) -> str:
 
 
 def probes_section(res: Path) -> str:
-    """The two H200 probes behind the simulator's cost terms: a chunk's cost by its exact size, and
-    a batch change phase by phase (per mlx CUDA-graph setting)."""
+    """The H200 probes behind the simulator's cost terms: a chunk's cost by its exact size, a batch
+    change phase by phase (per mlx CUDA-graph setting), a lone decode between other work, and a
+    long prefill with its KV cache sized up front or grown."""
     import statistics
 
     parts = []
@@ -165,6 +166,16 @@ def probes_section(res: Path) -> str:
         parts += [f"### A change of the decode batch, phase by phase ({p.parent.name}, {d.get('label')})\n",
                   _table(["scenario", "host ms", "device copy ms", "first decode ms", "later decodes ms"], rows),
                   "", _source(p, d), ""]
+    for p in sorted(res.glob("*/decode_probe.json")):
+        d = json.loads(p.read_text())
+        rows = [[i + 1, r["phase"], r["n"], r["p50_ms"], r["p90_ms"]] for i, r in enumerate(d["phases"]) if r["n"]]
+        parts += [f"### A lone stream's decode, again and again between other work ({p.parent.name})\n",
+                  _table(["#", "phase", "gaps", "ITL p50 ms", "ITL p90 ms"], rows), "", _source(p, d), ""]
+    for p in sorted(res.glob("*/presize_probe.json")):
+        d = json.loads(p.read_text())
+        rows = [[r["chunk"], r["presized_median_s"] * 1e3, r["grown_median_s"] * 1e3, r["speedup"]] for r in d["rows"]]
+        parts += [f"### A {d['prompt']:,}-token prefill, KV cache sized up front or grown by 256 ({p.parent.name})\n",
+                  _table(["chunk", "sized ms (median)", "grown ms (median)", "speedup"], rows), "", _source(p, d), ""]
     return "\n".join(["## Probes behind the simulator's cost terms\n"] + parts) if parts else ""
 
 

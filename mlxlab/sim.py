@@ -61,6 +61,7 @@ sensitivity studies. With ``noise=0`` a run is deterministic.
 
 from __future__ import annotations
 
+import inspect
 import math
 from pathlib import Path
 from typing import Dict, List, Optional, Sequence
@@ -126,6 +127,9 @@ class Simulator:
         fuse: as :class:`mlxlab.engine.Engine`'s: a step with decodes and chunks is one packed
             forward, charged ``predict(batch, kv, chunks)`` as a whole, its chunks starting with
             it and its tokens stamped at its end (None: follow the policy, as ``stall_free``).
+        packed_charge: charge a packed step's decode without its fixed cost
+            (``predict(..., packed=True)``: one forward, the chunks'); False charges the decode
+            and the chunks back to back, an upper bound (the behaviour before 2026-11-29).
         key_align: as the engine's: the final chunk of a prompt is charged padded to a key length
             that is a multiple of this (:func:`mlxlab.engine.pad_tokens`); 1 for none.
             :meth:`for_model` sets 1 for a model the engine would not pad.
@@ -136,7 +140,7 @@ class Simulator:
                  stop_tokens: Sequence[int] = (), noise: float = 0.0, seed: int = 0,
                  output_token: int = 0, padded_kv: bool = True, host_timing: bool = True,
                  rebatch_costs: bool = True, fuse: Optional[bool] = None, key_align: int = DEFAULT_KEY_ALIGN,
-                 **policy_options):
+                 packed_charge: bool = True, **policy_options):
         if not isinstance(chunk_size, int) or chunk_size <= 0:
             raise ValueError(f"chunk_size must be a positive integer, got {chunk_size!r}")
         if not isinstance(key_align, int) or key_align < 1:
@@ -179,6 +183,10 @@ class Simulator:
         self._tail = None if tail is None else float(tail)
         self._rebatch = bool(rebatch_costs)
         self._busy_until = 0.0  # when the last decode forward ends
+        # a packed decode rides on its chunks' forward (StepCostModel.predict(packed=True)); a
+        # duck-typed cost model without that argument is charged back to back
+        self._packed_kw = ({"packed": True} if packed_charge and "packed" in inspect.signature(
+            self.cost_model.predict).parameters else {})
 
     @classmethod
     def for_model(cls, model, cost_model, /, **kwargs) -> "Simulator":
@@ -285,7 +293,8 @@ class Simulator:
             decode_ctx = len(rows) * max(contexts) if (self.padded_kv and len(rows) > 1) else sum(contexts)
         if fused:  # one packed forward: the chunks start with it, the tokens come at its end
             chunks = [self._charged(self._seqs[i], n) for i, n in plan.prefill]
-            total = max(0.0, cm.predict(len(rows), decode_ctx, chunks, **self._rebatch_kw(join_tokens, drop_tokens, rec)))
+            total = max(0.0, cm.predict(len(rows), decode_ctx, chunks, **self._rebatch_kw(join_tokens, drop_tokens, rec),
+                                        **self._packed_kw))
             start = t if self._tail is None else max(t, self._busy_until)
             self._flush(read_at=t)  # the previous decode-only step's tokens, read after queueing this one
             for seq_id, n in plan.prefill:

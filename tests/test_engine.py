@@ -133,6 +133,27 @@ def test_padded_final_chunks_leave_outputs_and_caches_as_without(tiny, policy, o
     assert eng._ready[0].cache[0].offset == len(prompts[0]) - 1
 
 
+def test_a_prompt_cache_is_sized_for_the_whole_prompt_at_its_first_chunk(tiny):
+    """The first chunk of a 300-token prompt allocates room for all of it (mlx-lm's cache would
+    grow 256 tokens at a time, reallocating and copying at every overflow); once the prefill is
+    done the cache grows by mlx-lm's own step again, and the tokens equal mlx-lm's."""
+    from mlx_lm.models.cache import KVCache
+
+    rng = random.Random(5)
+    prompt = prompts_for(rng, tiny.vocab_size, [300])[0]
+    eng = Engine(tiny, chunk_size=64)
+    r = eng.submit(prompt, MAX_TOKENS)
+    eng.step()
+    seq = eng._seqs[r.id]
+    assert seq.prefilled == 64 and seq.cache[0].keys.shape[2] >= 299
+    while not eng._ready:
+        eng.step()
+    assert seq.cache[0].keys.shape[2] == seq.cache[0].keys.shape[2] // KVCache.step * KVCache.step
+    assert all("step" not in c.__dict__ for c in seq.cache)
+    eng.run()
+    assert_matches(r.output_tokens, cached_reference(tiny, prompt))
+
+
 def test_bad_key_align_is_refused(tiny):
     with pytest.raises(ValueError, match="key_align"):
         Engine(tiny, key_align=0)

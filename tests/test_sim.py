@@ -7,7 +7,7 @@ import numpy as np
 import pytest
 
 from mlxlab import Engine, load_model
-from mlxlab.costmodel import StepCostModel
+from mlxlab.costmodel import FEATURES, StepCostModel, features
 from mlxlab.profile import (cost_model_from_dict, fit_cost_model, load_profile, profile_device, save_profile,
                             seed001_cost_model, seed001_profile)
 from mlxlab.sim import Simulator, simulate
@@ -28,7 +28,7 @@ def test_hand_computed_packed_steps_under_stall_free():
     A (11 tokens: 10 prefilled), budget 21. step 0 prefill: A 10 (0.1 + 0.010) -> 0.110.
     B (61 tokens: 60 prefilled) arrives. step 1 packed: decode A + B 20 -> 0.010 + 0.001 + 0.1 +
     0.020 = 0.131 -> A's first token at 0.241 (back to back it would come at 0.121)."""
-    sim = Simulator(HAND, policy="stall_free", token_budget=21, chunk_size=64, key_align=1)
+    sim = Simulator(HAND, policy="stall_free", token_budget=21, chunk_size=64, key_align=1, packed_charge=False)
     assert sim.fuse
     a = sim.submit(list(range(1, 12)), 4, tenant="chat")
     sim.step()
@@ -44,6 +44,16 @@ def test_hand_computed_packed_steps_under_stall_free():
     unfused.submit(list(range(1, 62)), 1, tenant="batch", arrival_s=unfused.now())
     unfused.step()
     assert ua.token_times_s == [pytest.approx(0.121)]
+    # charged as one forward (the default): the decode's fixed 0.010 rides on the chunk's forward
+    packed = Simulator(HAND, policy="stall_free", token_budget=21, chunk_size=64, key_align=1)
+    pa = packed.submit(list(range(1, 12)), 4, tenant="chat")
+    packed.step()
+    packed.submit(list(range(1, 62)), 1, tenant="batch", arrival_s=packed.now())
+    packed.step()
+    assert pa.token_times_s == [pytest.approx(0.231)]
+    f = features(1, 11, [(20, 0)], packed=True)
+    assert f[FEATURES.index("decode_step")] == 0 and f[FEATURES.index("decode_batch")] == 1
+    assert features(1, 11, [], packed=True)[FEATURES.index("decode_step")] == 1  # no chunk: a decode of its own
 
 
 def test_hand_computed_token_times_under_interleave():
