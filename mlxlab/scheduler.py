@@ -318,8 +318,8 @@ class SLOChunking(Policy):
             # a budget is an upper bound (align down); the knee a lower one (align up)
             n = align_chunk(n, s, self.key_align, up=not feasible) or n
             self.chosen.append(n)
-        plan.prefill.append((s.seq_id, align_chunk(min(n, s.remaining_prefill), s, self.key_align) or
-                             min(n, s.remaining_prefill)))
+        n = min(n, s.remaining_prefill)
+        plan.prefill.append((s.seq_id, align_chunk(n, s, self.key_align) or n))  # (idempotent when aligned above)
         return plan
 
     def __repr__(self) -> str:
