@@ -171,6 +171,14 @@ def probes_section(res: Path) -> str:
         rows = [[i + 1, r["phase"], r["n"], r["p50_ms"], r["p90_ms"]] for i, r in enumerate(d["phases"]) if r["n"]]
         parts += [f"### A lone stream's decode, again and again between other work ({p.parent.name})\n",
                   _table(["#", "phase", "gaps", "ITL p50 ms", "ITL p90 ms"], rows), "", _source(p, d), ""]
+    for p in sorted(res.glob("*/align_ab.json")):
+        d = json.loads(p.read_text())
+        rows = [[r["workload"], r["policy"], r["tenant"], r["metric"], r["aligned"] * 1e3, r["unaligned"] * 1e3,
+                 r["unaligned_over_aligned"]] for r in d["rows"]]
+        parts += [f"### The engine with aligned chunks (key_align=8) and without (1), {d['repeats']} alternating "
+                  f"repeats ({p.parent.name})\n",
+                  _table(["workload", "policy", "tenant", "metric", "aligned ms", "unaligned ms", "unaligned / aligned"],
+                         rows), "", _source(p, d), ""]
     for p in sorted(res.glob("*/presize_probe.json")):
         d = json.loads(p.read_text())
         rows = [[r["chunk"], r["presized_median_s"] * 1e3, r["grown_median_s"] * 1e3, r["speedup"]] for r in d["rows"]]

@@ -18,10 +18,11 @@
 #   chunks     issue 5: scripts/chunk_probe.py, a chunk's cost by its exact size (2047 vs 2048, 511 vs 512)
 #   decodes    issue 5: scripts/decode_probe.py, a lone stream's ITL again and again between other work
 #   presize    issue 5: scripts/presize_probe.py, a 16k prefill with the KV cache sized up front or grown
+#   align      issue 5: scripts/align_ab.py, the validation workloads with aligned chunks (key_align=8) or not (1)
 #   singlereq  issue 4: warm-up per preset, KV probe and speed, prefix restores (done 2026-11-29)
 set -uo pipefail
 cd "$(dirname "$0")/.."
-part=${1:?give a PART: engine | engine05 | sim | sched | sched_cudnn | slo | singlereq | rebatch | chunks | decodes | presize}
+part=${1:?give a PART: engine | engine05 | sim | sched | sched_cudnn | slo | singlereq | rebatch | chunks | decodes | presize | align}
 H="bash scripts/h200.sh"
 LOG=${OUT:-/tmp}/logs/$part.log
 MARK=$(mktemp) && touch "$MARK"
@@ -78,6 +79,11 @@ case "$part" in
     [ -d .mlxcuda/site/mlx ] || { mkdir -p .mlxcuda/site && tar xJf .mlxcuda/mlx-cuda-sm90.tar.xz -C .mlxcuda/site; }
     T=${T_PRESIZE:-200} run env PYTHONPATH=.mlxcuda/site:. MLXLAB_PLATFORM=h200 PYTHONUNBUFFERED=1 python3 scripts/presize_probe.py \
       --model qwen2.5-coder-1.5b --bits 4 --chunks 512,2048 --repeats 3 ;;
+  align)
+    export MLX_CUDA_USE_CUDNN_SDPA=0
+    [ -d .mlxcuda/site/mlx ] || { mkdir -p .mlxcuda/site && tar xJf .mlxcuda/mlx-cuda-sm90.tar.xz -C .mlxcuda/site; }
+    T=${T_ALIGN:-300} run env PYTHONPATH=.mlxcuda/site:. MLXLAB_PLATFORM=h200 PYTHONUNBUFFERED=1 python3 scripts/align_ab.py \
+      --model qwen2.5-coder-1.5b --bits 4 --repeats 3 ;;
   singlereq)
     T=240 run env PYTHONPATH=.mlxcuda/site:. MLXLAB_PLATFORM=h200 PYTHONUNBUFFERED=1 python3 scripts/h200_singlereq.py ;;
   *) echo "unknown PART $part" >&2; exit 2 ;;
