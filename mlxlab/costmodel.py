@@ -77,7 +77,9 @@ LEGACY_FEATURES = ("decode_step", "decode_batch", "decode_context_tokens", "pref
 DECODE_FEATURES = [0, 1, 2, 3]  # what a decode forward costs
 REBATCH_FEATURES = [4, 5, 6, 7]  # changes of the decode batch
 PREFILL_FEATURES = [8, 9, 10, 11]  # prefill chunks
-KEY_ALIGN = 8  # a chunk whose key length is not a multiple of this pays prefill_attention_unaligned
+# the hardware's alignment, equal to the engine's and policies' default key_align
+# (mlxlab.scheduler.KEY_ALIGN; this module is loaded alone in tests, so it keeps its own copy)
+KEY_ALIGN = 8
 
 
 def unaligned_weight(key_length: int) -> float:

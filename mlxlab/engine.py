@@ -270,8 +270,9 @@ def _presize(caches, tokens: Optional[int]) -> None:
     write (None: back to mlx-lm's 256-token growth step). mlx-lm's cache grows by 256 tokens at a
     time: a chunk of 256 or more reallocates every layer's keys and values at a size never seen
     before and copies the whole context into them, so a 16k prompt in 512-token chunks rewrote its
-    growing cache 32 times. On the H200 such steps showed allocator spikes of +30 ms at the same
-    contexts in every repeat (``data/results/h200/sim_validation.json``, 2026-11-29). Values are
+    growing cache 32 times. Sizing it once made that prefill 1.024x faster on the H200 (1.011x in
+    2,048-token chunks; ``scripts/presize_probe.py``, ``data/results/h200/presize_probe.json``);
+    the +30 ms spikes some chunks show at the same contexts in every repeat stayed. Values are
     unchanged: the same writes land in a larger buffer."""
     for c in caches or ():
         if type(c) is KVCache:

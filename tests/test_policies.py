@@ -284,3 +284,11 @@ def test_policies_do_not_import_mlx():
     import pathlib
     root = pathlib.Path(__file__).resolve().parent.parent
     assert subprocess.run([sys.executable, "-c", code], cwd=root).returncode == 0
+
+
+def test_one_key_alignment_for_policies_engine_and_cost_model():
+    from mlxlab.costmodel import KEY_ALIGN as cost_align
+    from mlxlab.engine import DEFAULT_KEY_ALIGN
+    from mlxlab.scheduler import KEY_ALIGN
+
+    assert KEY_ALIGN == DEFAULT_KEY_ALIGN == cost_align == 8
