@@ -4,7 +4,7 @@ One step's time is modelled as a non-negative combination of what it does (secon
 each of :data:`FEATURES`)::
 
     t = decode_step * [decodes] + decode_batched * [batch of 2+] + decode_batch * b
-        + decode_context_tokens * kv + join_tokens * J + drop_tokens * D
+        + decode_context_tokens * kv + decode_padding_tokens * pad + join_tokens * J + drop_tokens * D
         + join_rows * rows + batch_changes * [batch changed]
         + prefill_chunks * chunks + prefill_tokens * n + prefill_attention * pairs
         + prefill_attention_unaligned * unaligned pairs
@@ -17,11 +17,14 @@ Each term, and what it stands for in the engine (:mod:`mlxlab.engine`):
   ``BatchKVCache`` (a mask array, per-row offsets), while a lone stream decodes on a plain
   ``KVCache`` with no mask: the two paths have different fixed costs.
 * ``decode_batch``: per sequence advanced (its activations, sampling, logits).
-* ``decode_context_tokens``: KV positions the decode reads: a lone stream's context; for a batch,
-  ``b x longest row`` (the batch cache is left-padded to its longest row, and the masked
-  attention reads the padding too). A step record (:meth:`mlxlab.engine.StepRecord.as_dict`)
-  only holds the sum of the rows' contexts; a record may carry the padded count as
-  ``decode_kv_tokens``.
+* ``decode_context_tokens``: KV positions of the decoding rows, the sum of their contexts (a lone
+  stream's context).
+* ``decode_padding_tokens``: the left padding a batch of two or more reads beside them: its
+  ``BatchKVCache`` is as wide as its longest row, so ``b x longest`` less the sum. A step record
+  (:meth:`mlxlab.engine.StepRecord.as_dict`) holds the sum; a profile record carries the padded
+  count as ``decode_kv_tokens``. Whether the masked attention pays for the padding as for real
+  positions is for the profile to say (:func:`mlxlab.profile.profile_device` times a short row
+  decoding beside a long one); a fit without such steps charges it as real context.
 * ``join_tokens``: KV positions copied when finished prefills join the decode batch
   (``BatchKVCache.merge``/``extend`` pad and copy every row to the longest): ``rows x longest``
   of the batch after the join; 0 when a lone stream starts on its own cache.
@@ -58,7 +61,8 @@ Two timing parameters sit beside the linear terms (both measured by :mod:`mlxlab
 The same model serves the ``slo`` policy (to choose a chunk size) and the simulator (to charge a
 plan), so both read step records the same way. Profiles saved with the six features of earlier
 versions (``decode_step, decode_batch, decode_context_tokens, prefill_chunks, prefill_tokens,
-prefill_attention``) load with no batched, join or drop cost.
+prefill_attention``) load with no batched, join or drop cost; profiles saved before the padding
+term charge padding as real context, as they did.
 """
 
 from __future__ import annotations
@@ -71,10 +75,10 @@ import numpy as np
 
 FEATURES = ("decode_step", "decode_batched", "decode_batch", "decode_context_tokens", "join_tokens", "drop_tokens",
             "join_rows", "batch_changes", "prefill_chunks", "prefill_tokens", "prefill_attention",
-            "prefill_attention_unaligned")
+            "prefill_attention_unaligned", "decode_padding_tokens")
 LEGACY_FEATURES = ("decode_step", "decode_batch", "decode_context_tokens", "prefill_chunks", "prefill_tokens",
                    "prefill_attention")
-DECODE_FEATURES = [0, 1, 2, 3]  # what a decode forward costs
+DECODE_FEATURES = [0, 1, 2, 3, 12]  # what a decode forward costs
 REBATCH_FEATURES = [4, 5, 6, 7]  # changes of the decode batch
 PREFILL_FEATURES = [8, 9, 10, 11]  # prefill chunks
 # the hardware's alignment, equal to the engine's and policies' default key_align
@@ -99,9 +103,11 @@ def _chunk(c) -> Tuple[int, int, int]:
 
 def features(decode_batch: int = 0, decode_context_tokens: int = 0,
              chunks: Sequence[Tuple[int, ...]] = (), join_tokens: int = 0, drop_tokens: int = 0,
-             join_rows: int = 0, batch_change: bool = False, packed: bool = False) -> np.ndarray:
-    """The feature vector of a step. ``decode_context_tokens``: the KV the decode reads (a lone
-    stream's context; for a batch, ``b x longest row``); ``chunks`` lists (tokens, context before
+             join_rows: int = 0, batch_change: bool = False, packed: bool = False,
+             decode_padding_tokens: int = 0) -> np.ndarray:
+    """The feature vector of a step. ``decode_context_tokens``: the KV positions of the decoding
+    rows (the sum of their contexts); ``decode_padding_tokens``: the left padding a batch reads
+    beside them (``b x longest row`` less that sum); ``chunks`` lists (tokens, context before
     the chunk), or (tokens, context, pad) for a chunk the engine ran with ``pad`` extra tokens
     (:func:`mlxlab.engine.pad_tokens`: those go through the model too); ``join_rows``: rows
     merged into a batch cache; ``batch_change``: the step joined rows into a batch or dropped
@@ -125,6 +131,7 @@ def features(decode_batch: int = 0, decode_context_tokens: int = 0,
         float(sum(n for n, _ in ran)),
         float(sum(pairs)),
         float(sum(p * unaligned_weight(n + c) for p, (n, c) in zip(pairs, ran))),
+        float(decode_padding_tokens) if b >= 2 else 0.0,
     ])
 
 
@@ -149,12 +156,12 @@ def record_features(rec: dict) -> np.ndarray:
     n = rec.get("prefill_tokens", 0)
     seqs = rec.get("prefill_seqs") or []
     chunks = [(n, rec.get("prefill_context_tokens", 0))] if n else []
+    ctx = rec.get("decode_context_tokens", 0) or 0
     kv = rec.get("decode_kv_tokens")
-    if kv is None:
-        kv = rec.get("decode_context_tokens", 0)
+    pad = max(0, kv - ctx) if kv is not None else 0
     rows, change = rebatch_counts(rec)
-    f = features(rec.get("decode_batch", 0), kv, chunks, rec.get("join_tokens", 0), rec.get("drop_tokens", 0),
-                 rows, change, packed=bool(rec.get("fused")))
+    f = features(rec.get("decode_batch", 0), ctx, chunks, rec.get("join_tokens", 0), rec.get("drop_tokens", 0),
+                 rows, change, packed=bool(rec.get("fused")), decode_padding_tokens=pad)
     listed = rec.get("prefill_chunks")
     if n and listed and sum(int(c[0]) for c in listed) == n:  # each chunk as it ran: exact for several
         g = features(0, 0, listed)
@@ -245,10 +252,11 @@ class StepCostModel:
 
     def predict(self, decode_batch: int = 0, decode_context_tokens: int = 0,
                 chunks: Sequence[Tuple[int, int]] = (), join_tokens: int = 0, drop_tokens: int = 0,
-                join_rows: int = 0, batch_change: bool = False, packed: bool = False) -> float:
+                join_rows: int = 0, batch_change: bool = False, packed: bool = False,
+                decode_padding_tokens: int = 0) -> float:
         """Predicted step time in seconds (the linear terms; not ``overhead_s``)."""
         return float(features(decode_batch, decode_context_tokens, chunks, join_tokens, drop_tokens, join_rows,
-                              batch_change, packed) @ self.coef)
+                              batch_change, packed, decode_padding_tokens) @ self.coef)
 
     def predict_record(self, rec: dict) -> float:
         return float(record_features(rec) @ self.coef)
@@ -301,6 +309,8 @@ class StepCostModel:
             raise ValueError(f"cost model has {len(coef)} coefficients for {len(names)} features")
         if set(names) <= set(FEATURES):  # the current format, or the six of earlier versions
             by = dict(zip(names, coef))
+            if "decode_padding_tokens" not in by:  # saved when padding counted as context
+                by["decode_padding_tokens"] = by.get("decode_context_tokens", 0.0)
         else:
             raise ValueError(f"cost model features {names} are neither {list(FEATURES)} nor the earlier "
                              f"{list(LEGACY_FEATURES)}")

@@ -74,7 +74,9 @@ def _fit_rows(X: np.ndarray, y: np.ndarray, relative: bool) -> np.ndarray:
 
 
 TIMING_KINDS = ("tail", "overhead")  # records of the two timing parameters, not of step costs
-UNFITTED_KINDS = ("packed",)  # measured and kept, but no feature of the cost model describes them yet
+# measured and kept, but no feature of the cost model describes them yet: packed steps, a row's
+# first decode ("start"), a batch change in a step with chunks ("join_chunk")
+UNFITTED_KINDS = ("packed", "start", "join_chunk")
 
 
 def _timing(records: Sequence[dict], kind: str) -> Optional[float]:
@@ -89,7 +91,8 @@ def fit_cost_model(records: Iterable[dict], *, relative: bool = True, staged: bo
     ``relative``: minimise squared *relative* errors (each row divided by its measured time), so
     millisecond decode steps are fitted as well as second-long chunks.
     ``staged``: the decode coefficients (:data:`~mlxlab.costmodel.DECODE_FEATURES`) from
-    decode-only steps alone; then the join/drop coefficients from decode steps that changed the
+    decode-only steps alone (a batch's left padding gets its own price only if some of them had
+    padding, else it is priced as context); then the join/drop coefficients from decode steps that changed the
     batch, less their predicted decode; then the prefill coefficients from prefill-only steps and
     from mixed steps less their predicted decode, which is how the simulator charges a step
     (decode first, then chunks). A joint fit instead lets a mixed step's shared per-step overhead
@@ -117,7 +120,16 @@ def fit_cost_model(records: Iterable[dict], *, relative: bool = True, staged: bo
         coef = _fit_rows(X, y, relative)
     else:
         coef = np.zeros(len(FEATURES))
-        coef[DECODE_FEATURES] = _fit_rows(X[decode_only][:, DECODE_FEATURES], y[decode_only], relative)
+        pad = FEATURES.index("decode_padding_tokens")
+        ctx = FEATURES.index("decode_context_tokens")
+        if (X[decode_only][:, pad] > 0).any():  # a short row decoded beside a long one: padding's own price
+            coef[DECODE_FEATURES] = _fit_rows(X[decode_only][:, DECODE_FEATURES], y[decode_only], relative)
+        else:  # no step tells padding from context: charge it as context
+            cols = [i for i in DECODE_FEATURES if i != pad]
+            Xd = X[decode_only][:, cols]
+            Xd[:, cols.index(ctx)] += X[decode_only][:, pad]
+            coef[cols] = _fit_rows(Xd, y[decode_only], relative)
+            coef[pad] = coef[ctx]
         rb = rebatch & ~has_chunk
         if rb.any():
             yr = y[rb] - X[rb][:, DECODE_FEATURES] @ coef[DECODE_FEATURES]
@@ -214,6 +226,7 @@ def profile_device(model, *, prefill_tokens: Sequence[int] = PROFILE_DEFAULTS["p
                    contexts: Sequence[int] = PROFILE_DEFAULTS["contexts"],
                    decode_batches: Sequence[int] = PROFILE_DEFAULTS["decode_batches"],
                    decode_contexts: Sequence[int] = PROFILE_DEFAULTS["decode_contexts"],
+                   join_contexts: Optional[Sequence[int]] = None,
                    repeats: int = PROFILE_DEFAULTS["repeats"], fill_chunk: int = 2048, mixed: bool = True,
                    warmup: bool = True, seed: int = 0, relative: bool = True, measure_overhead: bool = True,
                    log: Optional[Callable[[str], None]] = None) -> dict:
@@ -225,6 +238,9 @@ def profile_device(model, *, prefill_tokens: Sequence[int] = PROFILE_DEFAULTS["p
         contexts: tokens already in the prompt's cache before the timed chunks.
         decode_batches: decode batch sizes.
         decode_contexts: prompt length of each decoding sequence.
+        join_contexts: prompt lengths of the long rows that join a short row's decode
+            (:func:`profile_device`'s join group; default: the longest decode context; ``()``
+            for none).
         repeats: timed chunks per (size, context); decode steps per (batch, context) are
             ``max(8, 2 * repeats + 2)``, of which the first is dropped (see the module docstring).
         fill_chunk: chunk size that builds contexts (those steps are recorded too).
@@ -232,7 +248,8 @@ def profile_device(model, *, prefill_tokens: Sequence[int] = PROFILE_DEFAULTS["p
         relative: fit relative errors (see :func:`fit_cost_model`).
 
     Returns a dict: ``records`` (step-record dicts whose ``duration_s`` is the measured cost,
-    with ``kind`` fill / prefill / decode / mixed / packed / rebatch / tail / overhead and ``engine_duration_s`` the engine's own
+    with ``kind`` fill / prefill / decode / mixed / packed / rebatch / start / join_chunk / tail /
+    overhead and ``engine_duration_s`` the engine's own
     record time), ``cells`` (per grid cell: median time and features, :func:`cell_medians`),
     ``cost_model`` (a :class:`StepCostModel` fitted to the cells), ``coefficients``, ``fit`` and
     ``fit_raw`` (:func:`fit_report` on the cells and on every record), ``grid``, ``model``, ``wall_s``. Contexts that do not fit the model's
@@ -380,6 +397,79 @@ def profile_device(model, *, prefill_tokens: Sequence[int] = PROFILE_DEFAULTS["p
             if keep:
                 records.append(d)
 
+    # ---------------------------------------------------------- a long row joins a short one
+    def join_case(c_long: int, case: str, keep: bool = True) -> None:
+        """What happens when a prompt finishes prefilling in the workloads, in a decode-only step
+        (``case`` "decode") or in a step with a chunk beside it ("packed", or "mixed" back to
+        back): a short row's first decode, alone ("start": its prefilled cache becomes the decode
+        cache); a long row (``c_long``) joining it ("join": the lone cache becomes a batch and is
+        extended at the long row's width); the steps right after, where the short row reads the
+        long row's width of left padding; the long row leaving ("drop": the short row is
+        extracted back to a plain cache). Starts and changes are timed alone, as rebatch cells
+        are; the decodes after the join are pipelined token gaps, as in :func:`decode_group`."""
+        c0 = max(2, min(int(c) for c in decode_contexts))
+        chunked = case != "decode"
+        n_mix = min(prefill_tokens)
+        k_dec = max(10, 2 * repeats + 4)
+        k_after = k_dec if not chunked else 4
+        if c_long + k_after + 4 > max_ctx or c0 + 3 * k_dec + 8 > max_ctx:
+            skipped.append(f"join context {c_long}: does not fit the context of {max_ctx}")
+            return
+        eng, script = new_engine()
+        short = eng.submit(tokens(c0), 3 * k_dec)
+        long_row = eng.submit(tokens(c_long), k_after + 1)
+        filler = (eng.submit(tokens(min(max_ctx - 2, n_mix * (k_after + 6) + 2)), 1) if chunked else None)
+        tag = f"{case} c{c0}+{c_long}"
+
+        def width() -> int:
+            return max((s.prefill_tokens + s.issued for s in eng._decoding), default=0)
+
+        def alone(kind: str, cell: str, record: bool = True, **fields) -> dict:
+            plan = StepPlan(decode=True, prefill=[(filler.id, n_mix)] if chunked else [])
+            eng.fuse = case == "packed"
+            try:
+                d = timed(eng, script, plan, kind, keep=False, cell=cell)
+            finally:
+                eng.fuse = False
+            eng.flush()
+            d["duration_s"] = time.perf_counter() - d.pop("_t0")
+            b = d["decode_batch"]
+            d.update(decode_kv_tokens=b * width() if b > 1 else d["decode_context_tokens"], **fields)
+            if keep and record:
+                records.append(d)
+            return d
+
+        fill(eng, script, short, c0 - 1, keep=False)
+        alone("start", f"start {tag}")
+        for _ in range(2):  # the short row settles in alone
+            alone(case, "", record=False)
+        fill(eng, script, long_row, c_long - 1, keep=False)
+        w = c_long - 1 + 1  # the long row's context at its first decode
+        alone("join_chunk" if chunked else "rebatch", f"join {tag}", join_tokens=2 * w)
+        if chunked:
+            for j in range(k_after):
+                alone(case, f"{case} after join {tag} #{j + 1}")
+        else:
+            i0 = len(short.token_times_s)
+            widths = []
+            for _ in range(k_after):
+                script.next = StepPlan(decode=True)
+                rec = eng.step()
+                widths.append((rec, width()))
+            eng.flush()
+            times = short.token_times_s[i0:]
+            if len(times) != len(widths):
+                raise RuntimeError(f"profile bookkeeping: {len(times)} token times for {len(widths)} decode steps")
+            for j in range(2, len(widths) - 1):  # the first refills the pipeline, the last is a tail
+                rec, wj = widths[j]
+                d = rec.as_dict()
+                d.update(kind="decode", engine_duration_s=d["duration_s"], duration_s=times[j] - times[j - 1],
+                         cell=f"decode b2 {tag}", decode_kv_tokens=d["decode_batch"] * wj)
+                if keep:
+                    records.append(d)
+        alone("join_chunk" if chunked else "rebatch", f"drop {tag}",
+              drop_tokens=short.prompt_tokens + len(short.output_tokens))
+
     def overhead_run(keep: bool = True) -> None:
         """Host time between steps that no record covers (run loop, scheduler state, policy):
         a short workload through :func:`mlxlab.runner.run_workload` under ``interleave``, the
@@ -415,6 +505,13 @@ def profile_device(model, *, prefill_tokens: Sequence[int] = PROFILE_DEFAULTS["p
         t0 = time.perf_counter()
         decode_group(c)
         say(f"[profile] decode context {c}, batches {sorted(set(decode_batches))} ({time.perf_counter() - t0:.1f} s)")
+    joins = (max(int(c) for c in decode_contexts),) if join_contexts is None else tuple(join_contexts)
+    cases = ["decode"] + (["packed" if packed else "mixed"] if mixed else [])
+    for c in sorted({int(c) for c in joins}):
+        t0 = time.perf_counter()
+        for case in cases:
+            join_case(c, case)
+        say(f"[profile] joins at context {c}, {cases} ({time.perf_counter() - t0:.1f} s)")
     if measure_overhead:
         overhead_run()
     name = getattr(model, "name", None) or type(model).__name__
@@ -425,7 +522,8 @@ def profile_device(model, *, prefill_tokens: Sequence[int] = PROFILE_DEFAULTS["p
         "model": _model_info(model),
         "grid": {"prefill_tokens": list(prefill_tokens), "contexts": sorted({int(c) for c in contexts}),
                  "decode_batches": sorted({int(b) for b in decode_batches}),
-                 "decode_contexts": sorted({int(c) for c in decode_contexts}), "repeats": repeats,
+                 "decode_contexts": sorted({int(c) for c in decode_contexts}),
+                 "join_contexts": sorted({int(c) for c in joins}), "repeats": repeats,
                  "fill_chunk": fill_chunk, "mixed": mixed, "relative_fit": relative},
         "records": records,
         "cost_model": cm,
@@ -611,7 +709,7 @@ def seed001_profile() -> dict:
     per_chunk = premium * v["floor_60k_s"] / n_chunks - t_dec_beside
     cm = StepCostModel.from_coefficients(
         {"decode_step": per_step, "decode_batch": per_seq, "decode_context_tokens": per_ctx,
-         "prefill_chunks": per_chunk, "prefill_tokens": per_token,
+         "decode_padding_tokens": per_ctx, "prefill_chunks": per_chunk, "prefill_tokens": per_token,
          "prefill_attention": per_pair}, n_obs=1, source="seed-001 published figures (derived)")
     derivation = {
         "decode_step": f"weights read time ({w_time * 1e3:.2f} ms = 3 GB / achieved {bw_eff / 1e9:.0f} GB/s) "
@@ -619,6 +717,7 @@ def seed001_profile() -> dict:
         "decode_batch": f"decode_per_seq_fraction x weights read time: {per_seq * 1e3:.2f} ms per sequence",
         "decode_context_tokens": f"20 KB / achieved bandwidth {bw_eff / 1e9:.0f} GB/s "
                                  f"(= (3 GB + 23k x 20 KB) x 65 /s): {per_ctx * 1e9:.1f} ns per context token",
+        "decode_padding_tokens": "as decode_context_tokens: a batch's left padding is read like its context",
         "decode_batched, join_tokens, drop_tokens": "0: the seed gives no figure for them",
         "overhead_s, tail_s": "0 and None (not measured; tokens are stamped when their step ends)",
         "prefill_chunks": f"15% premium at 1,024 ({n_chunks} chunks) = 0.15 x 44 s / {n_chunks} less one chat "

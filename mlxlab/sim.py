@@ -22,9 +22,9 @@ What is mirrored from the engine (non-overlap mode), rule by rule:
   engine steps: run loop, scheduler state, ``policy.schedule``). Its decode part costs
   ``predict(batch, kv, join_tokens=J, drop_tokens=D)`` and its chunks the rest of
   ``predict(batch, kv, chunks)``, each chunk in plan order (a prompt's ``prefill_start_s`` is
-  when its first chunk starts). ``kv`` is the KV the decode reads: batch x longest context for a
-  batch of two or more (the engine's ``BatchKVCache`` is left-padded to its longest row), a lone
-  sequence's own context. ``J``: when finished prefills join and the batch then has two or more
+  when its first chunk starts). ``kv`` is the sum of the rows' contexts; a batch of two or more
+  also reads the left padding of the engine's ``BatchKVCache`` (batch x longest context less
+  ``kv``), charged as ``decode_padding_tokens``. ``J``: when finished prefills join and the batch then has two or more
   rows, rows x longest context (the merge/extend copies every row at the longest width); ``D``:
   when rows leave and some remain, kept rows x the old longest context (``filter``), or the one
   row's context (``extract`` back to a plain cache);
@@ -117,9 +117,10 @@ class Simulator:
         noise: lognormal step-time noise (sigma); 0 for none.
         seed: seed of the noise generator.
         output_token: the id every generated token gets.
-        padded_kv: charge a decode of two or more sequences for ``batch x longest context`` KV
-            tokens, as the engine's left-padded ``BatchKVCache`` reads (a lone sequence: its own
-            context); False charges the sum of the contexts. The step record's
+        padded_kv: charge a decode of two or more sequences for the left padding its
+            ``BatchKVCache`` reads beside the rows' contexts (``batch x longest`` less their sum:
+            the cost model's ``decode_padding_tokens``, or as context for a cost model without
+            that term); False charges the contexts alone. The step record's
             ``decode_context_tokens`` is the sum either way, as in the engine.
         host_timing: use the cost model's ``overhead_s`` and ``tail_s`` (False: charge neither,
             stamp tokens when their step ends; for ablations).
@@ -187,6 +188,9 @@ class Simulator:
         # duck-typed cost model without that argument is charged back to back
         self._packed_kw = ({"packed": True} if packed_charge and "packed" in inspect.signature(
             self.cost_model.predict).parameters else {})
+        # a batch's left padding is its own term (StepCostModel's decode_padding_tokens); a
+        # duck-typed cost model without it is charged the padding as context
+        self._padding_term = "decode_padding_tokens" in inspect.signature(self.cost_model.predict).parameters
 
     @classmethod
     def for_model(cls, model, cost_model, /, **kwargs) -> "Simulator":
@@ -261,6 +265,7 @@ class Simulator:
         cm = self.cost_model
         rows: List[_SimSeq] = []
         decode_ctx = 0
+        decode_kw: dict = {}  # the batch's left padding, when the cost model charges it apart
         deferred = False
         if plan.decode:
             active = set(map(id, self._active_decoding()))
@@ -290,11 +295,17 @@ class Simulator:
             rec.decode_context_tokens = sum(contexts)  # the engine's record: the sum
             # what the forward reads: a batch of two or more is one BatchKVCache, left-padded to
             # its longest row, so every row costs the longest context (a lone row its own)
-            decode_ctx = len(rows) * max(contexts) if (self.padded_kv and len(rows) > 1) else sum(contexts)
+            decode_ctx = sum(contexts)
+            if self.padded_kv and len(rows) > 1:
+                pad = len(rows) * max(contexts) - decode_ctx
+                if self._padding_term:
+                    decode_kw["decode_padding_tokens"] = pad
+                else:
+                    decode_ctx += pad
         if fused:  # one packed forward: the chunks start with it, the tokens come at its end
             chunks = [self._charged(self._seqs[i], n) for i, n in plan.prefill]
             total = max(0.0, cm.predict(len(rows), decode_ctx, chunks, **self._rebatch_kw(join_tokens, drop_tokens, rec),
-                                        **self._packed_kw))
+                                        **self._packed_kw, **decode_kw))
             start = t if self._tail is None else max(t, self._busy_until)
             self._flush(read_at=t)  # the previous decode-only step's tokens, read after queueing this one
             for seq_id, n in plan.prefill:
@@ -304,7 +315,8 @@ class Simulator:
             self._pending = (rows, t, rec)
             self._flush(read_at=t)
         elif rows:
-            decode_s = max(0.0, cm.predict(len(rows), decode_ctx, [], **self._rebatch_kw(join_tokens, drop_tokens, rec)))
+            decode_s = max(0.0, cm.predict(len(rows), decode_ctx, [], **self._rebatch_kw(join_tokens, drop_tokens, rec),
+                                           **decode_kw))
             decode_s *= factor
             if self._tail is None:  # tokens stamped when their own step ends
                 t += decode_s
@@ -325,7 +337,8 @@ class Simulator:
             t = self._flush(read_at=t)  # waits for a forward still running
         if plan.prefill and not fused:
             chunks = [self._charged(self._seqs[seq_id], n) for seq_id, n in plan.prefill]
-            total = cm.predict(len(rows), decode_ctx, chunks) - (cm.predict(len(rows), decode_ctx, []) if rows else 0.0)
+            total = (cm.predict(len(rows), decode_ctx, chunks, **decode_kw)
+                     - (cm.predict(len(rows), decode_ctx, [], **decode_kw) if rows else 0.0))
             each = [max(0.0, cm.predict(0, 0, [c])) for c in chunks]
             scale = (max(0.0, total) / sum(each)) if sum(each) > 0 else 0.0
             for (seq_id, n), cost in zip(plan.prefill, each):

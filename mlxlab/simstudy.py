@@ -199,7 +199,8 @@ def validate_simulator(model, workloads: Optional[Dict[str, Workload]] = None,
                        policy_options: Optional[Dict[str, dict]] = None, scale: float = 1.0,
                        profile_grid: Optional[dict] = None, warmup: bool = True, seed: int = 0,
                        save: bool = True, figure: bool = True, platform: Optional[str] = None,
-                       name: str = "sim_validation", log: Optional[Callable[[str], None]] = None) -> dict:
+                       name: str = "sim_validation", sentinel_tokens: int = 24,
+                       log: Optional[Callable[[str], None]] = None) -> dict:
     """Simulator against engine on the same workloads (see the module docstring for the rule).
 
     Args:
@@ -213,6 +214,9 @@ def validate_simulator(model, workloads: Optional[Dict[str, Workload]] = None,
             of a shared machine hits the profile and the engine alike; the fit uses the medians
             of each grid cell over all shares.
         chunk_size: the chunk size of every run.
+        sentinel_tokens: before each profile share and each engine run, a lone chat of this many
+            output tokens (:func:`sentinel_itl`), whose ITL p50 tracks how fast the machine is
+            right then; 0 for none.
 
     With a measured profile the simulator runs once per profile share (each fitted alone) and its
     value is the median over shares, as the engine's is over repeats.
@@ -227,7 +231,8 @@ def validate_simulator(model, workloads: Optional[Dict[str, Workload]] = None,
     error comes from), ``periods`` (per workload/policy, for the engine and the simulator: the
     median step period by phase, decode batch and batch change, :func:`_periods`), ``profile``
     (coefficients with ``overhead_s`` and ``tail_s``, fit, grid cells), ``config``, ``wall_s``; plus
-    ``paths`` when saved.
+    ``paths`` when saved; ``sentinels``: ``runs``, each sentinel's ITL p50 with what ran next, and
+    ``sim``, the simulator's sentinel on each share's cost model.
     """
     from .engine import Engine
     from .profile import (cell_medians, coefficients, cost_model_from_dict, fit_cost_model, fit_report,
@@ -271,12 +276,22 @@ def validate_simulator(model, workloads: Optional[Dict[str, Workload]] = None,
                 run_workload(engine(p), wl)
         say(f"[validate] warm-up done ({time.perf_counter() - t_start:.1f} s)")
 
+    sentinels: List[dict] = []
+
+    def sentinel(before: str, r: int) -> None:
+        if sentinel_tokens > 0:
+            fresh()
+            sentinels.append({"before": before, "repeat": r, "t_s": time.perf_counter() - t_start,
+                              "itl_p50_s": sentinel_itl(engine("interleave"), tokens=sentinel_tokens, seed=seed)})
+            say(f"[validate] sentinel before {before}: lone ITL p50 {sentinels[-1]['itl_p50_s'] * 1e3:.2f} ms")
+
     eng_runs: Dict[tuple, List[dict]] = {}
     eng_steps: Dict[tuple, list] = {}  # per (workload, policy): each run's step records
     shares: List[List[dict]] = []  # the profile's records, one list per repeat
     prof_wall = 0.0
     for r in range(repeats):  # repeats outermost: slow drift of the machine hits every config alike
         if measure_profile:  # the profile too: a share of it in every repeat
+            sentinel("profile", r)
             fresh()
             prof = profile_device(model, **profile_grid, warmup=(r == 0), log=say)
             shares.append(prof["records"])
@@ -285,6 +300,7 @@ def validate_simulator(model, workloads: Optional[Dict[str, Workload]] = None,
             say(f"[validate] profile share {r + 1}: lone decode step {np.median(lone) * 1e3 if lone else float('nan'):.2f} ms")
         for wname, wl in workloads.items():
             for p in policies:
+                sentinel(f"{wname}/{p}", r)
                 fresh()
                 res = run_workload(engine(p), wl)
                 eng_runs.setdefault((wname, p), []).append(res.summary)
@@ -385,6 +401,9 @@ def validate_simulator(model, workloads: Optional[Dict[str, Workload]] = None,
         "periods": periods,
         "steps": {"columns": list(STEP_COLUMNS), "runs": steps},
         "profile": prof_info,
+        "sentinels": {"runs": sentinels,
+                      "sim": [sentinel_itl(Simulator.for_model(model, c, policy="interleave", chunk_size=chunk_size),
+                                           tokens=sentinel_tokens, seed=seed) for c in cms] if sentinel_tokens > 0 else []},
         "config": {"model": getattr(model, "name", None), "dtype": str(getattr(model, "dtype", "")),
                    "bits": getattr(model, "bits", None), "policies": list(policies), "repeats": repeats,
                    "chunk_size": chunk_size, "scale": scale, "policy_options": options,
@@ -407,6 +426,24 @@ def validate_simulator(model, workloads: Optional[Dict[str, Workload]] = None,
         out["paths"] = paths
         out = _clean(out)
     return out
+
+
+def sentinel_itl(engine, *, prompt_tokens: int = 64, tokens: int = 24, seed: int = 0) -> float:
+    """ITL p50 in seconds of one lone chat (``prompt_tokens`` in, ``tokens`` out) on ``engine``,
+    through :func:`mlxlab.runner.run_workload` as the validation's runs go: a thermometer for how
+    fast the machine decodes right now. A lone decode is host-bound on a GPU (Python builds and
+    launches a step in about the time the device runs it), so a busy or throttled host shows here
+    first."""
+    from .runner import run_workload
+
+    if tokens < 3:
+        raise ValueError(f"a sentinel needs tokens >= 3 for an inter-token latency, got {tokens}")
+    vocab = int(getattr(engine, "vocab_size", None) or 1000)
+    wl = Workload([ChatTenant(sessions=1, turns=1, first_prompt_tokens=prompt_tokens, output_tokens=tokens,
+                              think_time_s=0.0, name="sentinel")], vocab_size=vocab, seed=seed,
+                  max_context=int(getattr(engine, "max_context", None) or 1 << 20))
+    res = run_workload(engine, wl)
+    return float(res.summary["all"]["itl_s"]["p50"])
 
 
 def format_validation(result: dict) -> str:
@@ -744,6 +781,9 @@ def add_validate_arguments(parser) -> None:
     parser.add_argument("--profile", default=None, help="a saved profile (path or name) instead of measuring one")
     parser.add_argument("--platform", default=None, help="results folder name (default: detected)")
     parser.add_argument("--name", default="sim_validation", help="results file name")
+    parser.add_argument("--sentinel-tokens", type=int, default=24,
+                        help="output tokens of the lone chat run before each profile share and engine run "
+                             "(its ITL tracks the machine's speed); 0 for none")
     parser.add_argument("--no-figure", action="store_true")
     parser.add_argument("--quiet", action="store_true")
 
@@ -761,7 +801,7 @@ def cli_validate(args) -> int:
     res = validate_simulator(model, validation_workloads(model, scale=args.scale), policies=args.policies,
                              repeats=args.repeats, profile=profile, chunk_size=args.chunk_size, scale=args.scale,
                              platform=args.platform, name=args.name, figure=not args.no_figure,
-                             log=None if args.quiet else (lambda s: print(s, flush=True)))
+                             sentinel_tokens=args.sentinel_tokens, log=None if args.quiet else (lambda s: print(s, flush=True)))
     print(format_validation(res))
     print(f"wrote {res.get('paths')}")
     return 0 if res["passed"] else 1

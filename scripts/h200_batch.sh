@@ -7,7 +7,8 @@
 #
 # PART (what each answers; seconds measured on 2026-11-29 where known):
 #   engine     issue 2: bench engine, 3 presets, 9 paired repeats of 128 decode tokens (~200 s)
-#   sim        issue 5: validate-sim (it measures its own profile), coder-1.5b 4-bit (~200 s, estimated)
+#   sim        issue 5: validate-sim (it measures its own profile), coder-1.5b 4-bit, 5 repeats (~300 s;
+#              3 repeats took 165 s)
 #   sched      issue 3: the scheduling study, one repeat, cuDNN attention off (314 s). With cuDNN on,
 #              every new (query, key) length builds a cuDNN graph: ~50 ms per chunk on first use.
 #   sched_cudnn  the same study with mlx's default cuDNN attention, for the comparison (475 s)
@@ -37,7 +38,7 @@ case "$part" in
       --prompt-tokens 4096 --decode-tokens 128 --repeats 9 ;;
   sim)
     export MLX_CUDA_USE_CUDNN_SDPA=0  # no per-shape cuDNN graph builds in the step times the fit sees
-    T=${T_SIM:-480} run $H validate-sim --model qwen2.5-coder-1.5b --bits 4 --scale 8 --chunk-size 2048 --repeats 3 ;;
+    T=${T_SIM:-480} run $H validate-sim --model qwen2.5-coder-1.5b --bits 4 --scale 8 --chunk-size 2048 --repeats ${SIM_REPEATS:-5} ;;
   sched)
     export MLX_CUDA_USE_CUDNN_SDPA=0
     T=540 run $H bench scheduling --model qwen2.5-coder-1.5b --bits 4 --repeats 1 --workers 1 2 4 \

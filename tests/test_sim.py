@@ -247,15 +247,30 @@ def test_profile_fit_and_files(tmp_path, tiny):
     prof = profile_device(tiny, prefill_tokens=(16, 64), contexts=(0, 128), decode_batches=(1, 2),
                           decode_contexts=(16, 128), repeats=1, fill_chunk=64)
     kinds = {r["kind"] for r in prof["records"]}
-    assert kinds == {"fill", "prefill", "decode", "mixed", "packed", "rebatch", "tail", "overhead"}
+    assert kinds == {"fill", "prefill", "decode", "mixed", "packed", "rebatch", "tail", "overhead", "start",
+                     "join_chunk"}
     assert all(r["duration_s"] > 0 for r in prof["records"])
     # a packed cell ran as one forward, its back-to-back twin as two; both carry the same sizes
     assert {r["fused"] for r in prof["records"] if r["kind"] == "packed"} == {True}
     assert {r["fused"] for r in prof["records"] if r["kind"] == "mixed"} == {False}
-    assert sorted(r["prefill_tokens"] for r in prof["records"] if r["kind"] == "packed") == \
-        sorted(r["prefill_tokens"] for r in prof["records"] if r["kind"] == "mixed")
+    twins = [r for r in prof["records"] if "after join" not in r.get("cell", "")]  # the join group packs alone
+    assert sorted(r["prefill_tokens"] for r in twins if r["kind"] == "packed") == \
+        sorted(r["prefill_tokens"] for r in twins if r["kind"] == "mixed")
     rebatch = [r for r in prof["records"] if r["kind"] == "rebatch"]
     assert {bool(r.get("join_tokens")) for r in rebatch} == {True, False}  # the join of 2 rows, the drop to 1
+    # the join group: a 16-token row decodes beside a 128-token one that joined it, reading the
+    # long row's width (2 x 129 and up) with its left padding; the join and the drop each timed
+    # in a decode-only step and in a packed one
+    beside = [r for r in prof["records"] if r.get("cell") == "decode b2 decode c16+128"]
+    assert beside and all(r["decode_kv_tokens"] >= 2 * 129 > r["decode_context_tokens"] for r in beside)
+    cells = {r.get("cell") for r in prof["records"]}
+    for case, kind in (("decode", "rebatch"), ("packed", "join_chunk")):
+        joins = [r for r in prof["records"] if r.get("cell") == f"join {case} c16+128"]
+        drops = [r for r in prof["records"] if r.get("cell") == f"drop {case} c16+128"]
+        assert [(r["kind"], r["joined"], r["decode_batch"], r["join_tokens"]) for r in joins] == [(kind, 1, 2, 256)]
+        assert [(r["kind"], r["dropped"], r["decode_batch"]) for r in drops] == [(kind, 1, 1)]
+        assert f"start {case} c16+128" in cells
+    assert prof["grid"]["join_contexts"] == [128]
     cm = prof["cost_model"]
     assert cm.fitted and (cm.coef >= 0).all()
     # the two timing parameters: a forward's tail after Python returns, the host time between steps
@@ -368,16 +383,47 @@ def test_validation_on_tiny_within_noise_derived_tolerance(tiny):
 
 
 def test_a_batch_decode_reads_the_padded_kv():
-    """Two rows at contexts 2 and 5 read 2 x 5 KV tokens (the engine's left-padded BatchKVCache);
-    the record keeps the engine's sum."""
-    kv_only = StepCostModel.from_coefficients({"decode_context_tokens": 1e-3}, n_obs=1)
-    for padded, second in ((True, 0.011), (False, 0.008)):
-        sim = Simulator(kv_only, chunk_size=64, padded_kv=padded)
+    """Two rows at contexts 2 and 5 read 2 x 5 KV positions (the engine's left-padded
+    BatchKVCache): 7 of context and 3 of padding, each at its own price; a cost model without the
+    padding term (duck-typed) is charged the padding as context. The record keeps the engine's sum."""
+    class KvOnly:  # predict(batch, kv, chunks, batch-change terms): no padding term
+        def predict(self, decode_batch=0, decode_context_tokens=0, chunks=(), **change):
+            return 1e-3 * decode_context_tokens
+
+    priced = StepCostModel.from_coefficients({"decode_context_tokens": 1e-3, "decode_padding_tokens": 1e-3}, n_obs=1)
+    free_pad = StepCostModel.from_coefficients({"decode_context_tokens": 1e-3}, n_obs=1)
+    cheap_pad = StepCostModel.from_coefficients({"decode_context_tokens": 1e-3, "decode_padding_tokens": 1e-4}, n_obs=1)
+    for cm, padded, second in ((priced, True, 0.011), (KvOnly(), True, 0.011), (priced, False, 0.008),
+                               (free_pad, True, 0.008), (cheap_pad, True, 0.0083)):
+        sim = Simulator(cm, chunk_size=64, padded_kv=padded)
         a = sim.submit([1], 2)
         b = sim.submit([1, 2, 3, 4, 5], 1)
         sim.run()
         assert a.token_times_s == pytest.approx([0.001, second]) and b.token_times_s == pytest.approx([second])
         assert [s.decode_context_tokens for s in sim.steps] == [1, 7]
+
+
+def test_padding_gets_its_own_price_only_from_steps_that_had_padding():
+    """Decode records with left padding (a short row beside a long one) give the padding its own
+    coefficient; without such records the fit prices padding as context. A profile saved before
+    the padding term loads with padding priced as context, as it was charged then."""
+    true = {"decode_step": 2e-3, "decode_batched": 1e-3, "decode_batch": 5e-4, "decode_context_tokens": 1e-7,
+            "decode_padding_tokens": 2e-8}
+    truth = StepCostModel.from_coefficients(true, n_obs=1)
+    even = [{"kind": "decode", "decode_batch": b, "decode_context_tokens": b * c, "prefill_tokens": 0,
+             "duration_s": truth.predict(b, b * c)} for b in (1, 2, 4) for c in (100, 2000, 8000)]
+    uneven = [{"kind": "decode", "decode_batch": 2, "decode_context_tokens": 100 + c, "decode_kv_tokens": 2 * c,
+               "prefill_tokens": 0, "duration_s": truth.predict(2, 100 + c, decode_padding_tokens=c - 100)}
+              for c in (2000, 8000, 16000)]
+    got = fit_cost_model(even + uneven).coefficients()
+    for k, v in true.items():
+        assert got[k] == pytest.approx(v, rel=1e-4), k
+    tied = fit_cost_model(even).coefficients()
+    assert tied["decode_padding_tokens"] == tied["decode_context_tokens"] == pytest.approx(1e-7, rel=1e-4)
+    old = truth.as_dict()
+    i = old["features"].index("decode_padding_tokens")
+    del old["features"][i], old["coef"][i]
+    assert StepCostModel.from_dict(old).coefficients()["decode_padding_tokens"] == pytest.approx(1e-7)
 
 
 def test_cli_profile_writes_the_seed001_file(tmp_path, monkeypatch, capsys):
