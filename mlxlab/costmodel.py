@@ -7,7 +7,7 @@ each of :data:`FEATURES`)::
         + decode_context_tokens * kv + decode_padding_tokens * pad + join_tokens * J + drop_tokens * D
         + join_rows * rows + batch_changes * [batch changed]
         + prefill_chunks * chunks + prefill_tokens * n + prefill_attention * pairs
-        + prefill_attention_unaligned * unaligned pairs
+        + prefill_attention_unaligned * unaligned pairs + packed_changes * [packed step changed rows]
 
 Each term, and what it stands for in the engine (:mod:`mlxlab.engine`):
 
@@ -36,6 +36,11 @@ Each term, and what it stands for in the engine (:mod:`mlxlab.engine`):
   update per row for every layer's keys and values (about 280 lazy ops for 4 rows of a 28-layer
   model, ~18 ms of Python on the H200 host, ``scripts/rebatch_probe.py``), ``filter`` reads
   the left padding back per layer, and the first forward after a change meets new shapes.
+* ``packed_changes``: 1 if the decode rows changed (a row's first decode, a join, a drop) in a
+  packed step (:mod:`mlxlab.fused`: one forward for the decode and the chunks). On the H200 such
+  a step took 43-106 ms where the same step without the change took 25-45, while a change in a
+  decode-only step costs what ``join_rows`` and ``batch_changes`` say (``start``/``join``/``drop``
+  cells of :func:`mlxlab.profile.profile_device`, ``data/results/h200/sim_validation.json``).
 * ``prefill_chunks``: per chunk forward (its fixed cost); ``prefill_tokens``: tokens pushed
   through the linear layers; ``prefill_attention``: query-key pairs of the chunks' attention
   (``n * context + n**2 / 2`` per chunk); ``prefill_attention_unaligned``: the pairs of chunks
@@ -75,12 +80,13 @@ import numpy as np
 
 FEATURES = ("decode_step", "decode_batched", "decode_batch", "decode_context_tokens", "join_tokens", "drop_tokens",
             "join_rows", "batch_changes", "prefill_chunks", "prefill_tokens", "prefill_attention",
-            "prefill_attention_unaligned", "decode_padding_tokens")
+            "prefill_attention_unaligned", "decode_padding_tokens", "packed_changes")
 LEGACY_FEATURES = ("decode_step", "decode_batch", "decode_context_tokens", "prefill_chunks", "prefill_tokens",
                    "prefill_attention")
 DECODE_FEATURES = [0, 1, 2, 3, 12]  # what a decode forward costs
 REBATCH_FEATURES = [4, 5, 6, 7]  # changes of the decode batch
 PREFILL_FEATURES = [8, 9, 10, 11]  # prefill chunks
+PACKED_FEATURES = [13]  # a change of the decode rows inside a packed forward
 # the hardware's alignment, equal to the engine's and policies' default key_align
 # (mlxlab.scheduler.KEY_ALIGN; this module is loaded alone in tests, so it keeps its own copy)
 KEY_ALIGN = 8
@@ -104,7 +110,7 @@ def _chunk(c) -> Tuple[int, int, int]:
 def features(decode_batch: int = 0, decode_context_tokens: int = 0,
              chunks: Sequence[Tuple[int, ...]] = (), join_tokens: int = 0, drop_tokens: int = 0,
              join_rows: int = 0, batch_change: bool = False, packed: bool = False,
-             decode_padding_tokens: int = 0) -> np.ndarray:
+             decode_padding_tokens: int = 0, joined: int = 0) -> np.ndarray:
     """The feature vector of a step. ``decode_context_tokens``: the KV positions of the decoding
     rows (the sum of their contexts); ``decode_padding_tokens``: the left padding a batch reads
     beside them (``b x longest row`` less that sum); ``chunks`` lists (tokens, context before
@@ -113,7 +119,9 @@ def features(decode_batch: int = 0, decode_context_tokens: int = 0,
     merged into a batch cache; ``batch_change``: the step joined rows into a batch or dropped
     rows; ``packed``: the decode and the chunks run as one forward (:mod:`mlxlab.fused`), so the
     decode's fixed cost (``decode_step``, ``decode_batched``: a whole forward's weights and host
-    work) is the chunk's, and only its per-row and context terms are added."""
+    work) is the chunk's, and only its per-row and context terms are added; ``joined``: rows
+    that began decoding at this step (a lone row's first decode counts too), which with
+    ``packed``, like any batch change, costs ``packed_changes``."""
     b = int(decode_batch)
     own = not (packed and chunks)  # a packed decode rides on its chunks' forward
     ran = [(n + p, c) for n, c, p in map(_chunk, chunks)]
@@ -132,6 +140,7 @@ def features(decode_batch: int = 0, decode_context_tokens: int = 0,
         float(sum(pairs)),
         float(sum(p * unaligned_weight(n + c) for p, (n, c) in zip(pairs, ran))),
         float(decode_padding_tokens) if b >= 2 else 0.0,
+        1.0 if (b and packed and chunks and (joined or join_rows or batch_change)) else 0.0,
     ])
 
 
@@ -161,7 +170,8 @@ def record_features(rec: dict) -> np.ndarray:
     pad = max(0, kv - ctx) if kv is not None else 0
     rows, change = rebatch_counts(rec)
     f = features(rec.get("decode_batch", 0), ctx, chunks, rec.get("join_tokens", 0), rec.get("drop_tokens", 0),
-                 rows, change, packed=bool(rec.get("fused")), decode_padding_tokens=pad)
+                 rows, change, packed=bool(rec.get("fused")), decode_padding_tokens=pad,
+                 joined=int(rec.get("joined", 0) or 0))
     listed = rec.get("prefill_chunks")
     if n and listed and sum(int(c[0]) for c in listed) == n:  # each chunk as it ran: exact for several
         g = features(0, 0, listed)
@@ -253,10 +263,10 @@ class StepCostModel:
     def predict(self, decode_batch: int = 0, decode_context_tokens: int = 0,
                 chunks: Sequence[Tuple[int, int]] = (), join_tokens: int = 0, drop_tokens: int = 0,
                 join_rows: int = 0, batch_change: bool = False, packed: bool = False,
-                decode_padding_tokens: int = 0) -> float:
+                decode_padding_tokens: int = 0, joined: int = 0) -> float:
         """Predicted step time in seconds (the linear terms; not ``overhead_s``)."""
         return float(features(decode_batch, decode_context_tokens, chunks, join_tokens, drop_tokens, join_rows,
-                              batch_change, packed, decode_padding_tokens) @ self.coef)
+                              batch_change, packed, decode_padding_tokens, joined) @ self.coef)
 
     def predict_record(self, rec: dict) -> float:
         return float(record_features(rec) @ self.coef)

@@ -48,8 +48,8 @@ from typing import Callable, Dict, Iterable, List, Optional, Sequence, Union
 
 import numpy as np
 
-from .costmodel import (DECODE_FEATURES, FEATURES, PREFILL_FEATURES, REBATCH_FEATURES, StepCostModel, _nnls,
-                        record_features)
+from .costmodel import (DECODE_FEATURES, FEATURES, PACKED_FEATURES, PREFILL_FEATURES, REBATCH_FEATURES, StepCostModel,
+                        _nnls, record_features)
 
 PROFILE_DEFAULTS = dict(prefill_tokens=(64, 256, 1024), contexts=(0, 1024, 4096),
                         decode_batches=(1, 2, 4, 8), decode_contexts=(64, 512, 2048), repeats=3)
@@ -74,9 +74,11 @@ def _fit_rows(X: np.ndarray, y: np.ndarray, relative: bool) -> np.ndarray:
 
 
 TIMING_KINDS = ("tail", "overhead")  # records of the two timing parameters, not of step costs
-# measured and kept, but no feature of the cost model describes them yet: packed steps, a row's
-# first decode ("start"), a batch change in a step with chunks ("join_chunk")
+# left out of the staged fit's main stages: packed steps (measured and kept; their features are the
+# mixed steps', less a forward), a row's first decode ("start") and a change of the decode rows in
+# a step with chunks ("join_chunk"), of which the packed ones price packed_changes at the end
 UNFITTED_KINDS = ("packed", "start", "join_chunk")
+PACKED_CHANGE_KINDS = ("start", "join_chunk")  # fitted alone, packed ones only: packed_changes
 
 
 def _timing(records: Sequence[dict], kind: str) -> Optional[float]:
@@ -92,11 +94,13 @@ def fit_cost_model(records: Iterable[dict], *, relative: bool = True, staged: bo
     millisecond decode steps are fitted as well as second-long chunks.
     ``staged``: the decode coefficients (:data:`~mlxlab.costmodel.DECODE_FEATURES`) from
     decode-only steps alone (a batch's left padding gets its own price only if some of them had
-    padding, else it is priced as context); then the join/drop coefficients from decode steps that changed the
-    batch, less their predicted decode; then the prefill coefficients from prefill-only steps and
-    from mixed steps less their predicted decode, which is how the simulator charges a step
-    (decode first, then chunks). A joint fit instead lets a mixed step's shared per-step overhead
-    pull the decode intercept.
+    padding, else it is priced as context); then the join/drop coefficients from decode steps
+    that changed the batch, less their predicted decode; then the prefill coefficients from
+    prefill-only steps and from mixed steps less their predicted decode, which is how the
+    simulator charges a step (decode first, then chunks); last ``packed_changes``, from packed
+    steps whose decode rows changed (``start`` and ``join_chunk`` records) less everything else
+    they are predicted. A joint fit instead lets a mixed step's shared per-step overhead pull the
+    decode intercept.
     With ``relative=False, staged=False`` this is :meth:`StepCostModel.fit`.
 
     Records of kind ``tail`` and ``overhead`` (:func:`profile_device`) are not step costs: the
@@ -142,6 +146,16 @@ def fit_cost_model(records: Iterable[dict], *, relative: bool = True, staged: bo
             ok = yp > 0
             if ok.any():
                 coef[PREFILL_FEATURES] = _fit_rows(X[has_chunk][ok][:, PREFILL_FEATURES], yp[ok], relative)
+        # last, what a change of the decode rows adds to a packed step, beyond all of the above
+        pk = [r for r in allrecs if r.get("kind") in PACKED_CHANGE_KINDS and r.get("fused")]
+        if pk:
+            Xp = np.stack([record_features(r) for r in pk])
+            yk = np.array([r["duration_s"] for r in pk])
+            yp = yk - Xp @ coef
+            ok = (Xp[:, PACKED_FEATURES[0]] > 0) & (yp > 0)
+            if ok.any():  # relative to the whole step, not to the part left to explain
+                w = yk[ok] if relative else np.ones(int(ok.sum()))
+                coef[PACKED_FEATURES] = _fit_rows(Xp[ok][:, PACKED_FEATURES] / w[:, None], yp[ok] / w, False)
     return StepCostModel(coef=coef, n_obs=len(recs), source=source, **timing)
 
 

@@ -190,7 +190,10 @@ class Simulator:
             self.cost_model.predict).parameters else {})
         # a batch's left padding is its own term (StepCostModel's decode_padding_tokens); a
         # duck-typed cost model without it is charged the padding as context
-        self._padding_term = "decode_padding_tokens" in inspect.signature(self.cost_model.predict).parameters
+        params = inspect.signature(self.cost_model.predict).parameters
+        self._padding_term = "decode_padding_tokens" in params
+        # rows that began decoding (a lone row's first decode too): a packed step pays for them
+        self._joined_term = "joined" in params
 
     @classmethod
     def for_model(cls, model, cost_model, /, **kwargs) -> "Simulator":
@@ -305,7 +308,7 @@ class Simulator:
         if fused:  # one packed forward: the chunks start with it, the tokens come at its end
             chunks = [self._charged(self._seqs[i], n) for i, n in plan.prefill]
             total = max(0.0, cm.predict(len(rows), decode_ctx, chunks, **self._rebatch_kw(join_tokens, drop_tokens, rec),
-                                        **self._packed_kw, **decode_kw))
+                                        **self._packed_kw, **decode_kw, **self._joined_kw(rec)))
             start = t if self._tail is None else max(t, self._busy_until)
             self._flush(read_at=t)  # the previous decode-only step's tokens, read after queueing this one
             for seq_id, n in plan.prefill:
@@ -427,6 +430,10 @@ class Simulator:
             return {}
         return {"join_tokens": join_tokens, "drop_tokens": drop_tokens, "join_rows": join_rows,
                 "batch_change": bool(join_rows or rec.dropped)}
+
+    def _joined_kw(self, rec: StepRecord) -> dict:
+        """The rows that began decoding at this step, for a cost model that charges them."""
+        return {"joined": rec.joined} if (rec.joined and self._joined_term and self._rebatch) else {}
 
     def _flush(self, read_at: Optional[float] = None) -> float:
         """Read the pending decode-only step's tokens at ``read_at`` (default: the clock), or when

@@ -56,6 +56,35 @@ def test_hand_computed_packed_steps_under_stall_free():
     assert features(1, 11, [], packed=True)[FEATURES.index("decode_step")] == 1  # no chunk: a decode of its own
 
 
+def test_a_packed_step_that_changes_the_decode_rows_pays_packed_changes():
+    """As above with packed_changes = 0.05: A's first decode rides on B's first chunk, so that
+    packed step (0.001 + 0.1 + 0.020, the decode's fixed cost riding on the chunk's forward) also
+    pays 0.05: A's first token at 0.110 + 0.171 = 0.281. The next packed step changes nothing:
+    A's second token 0.121 later. The fit prices the
+    term from packed ``start``/``join_chunk`` records, relative to the whole step."""
+    cm = StepCostModel.from_coefficients({**HAND.coefficients(), "packed_changes": 0.05}, n_obs=1)
+    sim = Simulator(cm, policy="stall_free", token_budget=21, chunk_size=64, key_align=1)
+    a = sim.submit(list(range(1, 12)), 4, tenant="chat")
+    sim.step()
+    sim.submit(list(range(1, 62)), 1, tenant="batch", arrival_s=sim.now())
+    first = sim.step()
+    second = sim.step()
+    assert (first.joined, first.fused, second.joined, second.fused) == (1, True, 0, True)
+    assert a.token_times_s == [pytest.approx(0.281), pytest.approx(0.402)]
+    # a decode-only start pays nothing of it
+    assert features(1, 11, [], joined=1)[FEATURES.index("packed_changes")] == 0
+    assert features(1, 11, [(20, 0)], joined=1, packed=True)[FEATURES.index("packed_changes")] == 1
+    base = [{"kind": "decode", "decode_batch": b, "decode_context_tokens": c * b, "prefill_tokens": 0,
+             "duration_s": cm.predict(b, c * b)} for b in (1, 2, 4) for c in (100, 1000)]
+    base += [{"kind": "prefill", "decode_batch": 0, "prefill_tokens": n, "prefill_context_tokens": c,
+              "prefill_seqs": [1], "duration_s": cm.predict(0, 0, [(n, c)])} for n in (16, 64) for c in (0, 64)]
+    changes = [{"kind": "start", "fused": True, "joined": 1, "decode_batch": 1, "decode_context_tokens": 10,
+                "prefill_tokens": 20, "prefill_context_tokens": 0, "prefill_seqs": [2],
+                "duration_s": cm.predict(1, 10, [(20, 0)], packed=True, joined=1)}]
+    got = fit_cost_model(base + changes)
+    assert got.coefficients()["packed_changes"] == pytest.approx(0.05, rel=1e-4)
+
+
 def test_hand_computed_token_times_under_interleave():
     """Prompt A (11 tokens: 10 prefilled), prompt B (101 tokens: 100 prefilled), chunk 50.
     step 0 prefill: A 10 (0.1 + 0.010), B 50 (0.1 + 0.050)            -> ends 0.260
