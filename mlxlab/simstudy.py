@@ -294,7 +294,7 @@ def validate_simulator(model, workloads: Optional[Dict[str, Workload]] = None,
             sentinel("profile", r)
             fresh()
             prof = profile_device(model, **profile_grid, warmup=(r == 0), log=say)
-            shares.append(prof["records"])
+            shares.append([dict(rec, share=r) for rec in prof["records"]])
             prof_wall += prof["wall_s"]
             lone = [c["duration_s"] for c in prof["cells"] if c.get("kind") == "decode" and c["decode_batch"] == 1]
             say(f"[validate] profile share {r + 1}: lone decode step {np.median(lone) * 1e3 if lone else float('nan'):.2f} ms")
@@ -379,17 +379,7 @@ def validate_simulator(model, workloads: Optional[Dict[str, Workload]] = None,
     # paired view: repeat r's engine run against the simulator on share r's profile, measured just
     # before it (information only: on this shared CPU the load moved within a repeat as much as
     # between repeats, and the paired errors came out larger than the medians' errors)
-    summary = {}
-    for _, _, label in METRICS:
-        sel = [r for r in rows if r["metric"] == label]
-        errs = [r["rel_error"] for r in sel]
-        if errs:
-            summary[label] = {"median_rel_error": float(np.median(errs)), "max_rel_error": float(max(errs)),
-                              "within_10pct": sum(e <= MIN_TOLERANCE for e in errs),
-                              "passed": sum(r["passed"] for r in sel), "n": len(errs)}
-            paired = [e for r in sel for e in (r.get("paired_errors") or [])]
-            if paired:
-                summary[label]["paired_median_rel_error"] = float(np.median(paired))
+    summary = _summary(rows)
     out = {
         "rule": (f"noise = coefficient of variation of the engine over {repeats} repeats; tolerance = "
                  f"max({MIN_TOLERANCE:.0%}, {NOISE_FACTOR:g} x noise); passed = |sim - engine median| / "
@@ -426,6 +416,93 @@ def validate_simulator(model, workloads: Optional[Dict[str, Workload]] = None,
         out["paths"] = paths
         out = _clean(out)
     return out
+
+
+def _summary(rows: List[dict]) -> Dict[str, dict]:
+    """Per metric: median and max relative error, how many rows are within 10% and pass."""
+    summary = {}
+    for _, _, label in METRICS:
+        sel = [r for r in rows if r["metric"] == label]
+        errs = [r["rel_error"] for r in sel]
+        if errs:
+            summary[label] = {"median_rel_error": float(np.median(errs)), "max_rel_error": float(max(errs)),
+                              "within_10pct": sum(e <= MIN_TOLERANCE for e in errs),
+                              "passed": sum(r["passed"] for r in sel), "n": len(errs)}
+            paired = [e for r in sel for e in (r.get("paired_errors") or [])]
+            if paired:
+                summary[label]["paired_median_rel_error"] = float(np.median(paired))
+    return summary
+
+
+def profile_shares(records: Sequence[dict]) -> List[List[dict]]:
+    """A validation's profile records split into the shares it measured, one per repeat: by their
+    ``share`` field, or (files written before it) wherever the first record's cell comes round
+    again (every share walks the same grid in the same order)."""
+    if records and all("share" in r for r in records):
+        out: Dict[int, List[dict]] = {}
+        for r in records:
+            out.setdefault(int(r["share"]), []).append(r)
+        return [out[k] for k in sorted(out)]
+    first = records[0].get("cell") if records else None
+    starts = [i for i, r in enumerate(records) if r.get("cell") == first] if first else [0]
+    return [list(records[a:b]) for a, b in zip(starts, starts[1:] + [len(records)])]
+
+
+def rescore_validation(result, *, log: Optional[Callable[[str], None]] = None) -> dict:
+    """A saved validation's simulator side again, under this version's cost model and simulator,
+    on no device: each profile share's saved records fitted again, the workloads rebuilt from the
+    saved config, the engine's side (its runs, its noise) as saved. For asking what a change to the
+    cost model or the simulator would have predicted for runs already made.
+
+    ``result``: a dict from :func:`validate_simulator`, or the path of its JSON file. Returns
+    ``{"source", "table", "summary", "rule", "coefficients"}``: the table's rows as the saved ones
+    with ``sim``, ``sim_runs``, ``rel_error``, ``passed``, ``paired_errors`` recomputed and the
+    saved simulator value kept as ``sim_saved``."""
+    import json
+    from types import SimpleNamespace
+
+    from .profile import cell_medians, coefficients, fit_cost_model
+    from .runner import run_workload
+
+    source = None
+    if not isinstance(result, dict):
+        source = str(result)
+        result = json.loads(Path(result).read_text())
+    say = log or (lambda s: None)
+    cfg, prof = result["config"], result.get("profile") or {}
+    if not prof.get("records"):
+        raise ValueError("this validation kept no profile records (it ran on a given profile): there is "
+                         "nothing to fit again; run validate_simulator with a measured profile")
+    cms = [fit_cost_model(cell_medians(share), source=f"profile share {i + 1}, fitted again")
+           for i, share in enumerate(profile_shares(prof["records"]))]
+    workloads = {k: Workload.from_config(w) for k, w in cfg["workloads"].items()}
+    options = cfg.get("policy_options") or {}
+    saved = {(r["workload"], r["policy"], r["tenant"], r["metric"]): r for r in result["table"]}
+    rows = []
+    for wname, wl in workloads.items():
+        model = SimpleNamespace(vocab_size=wl.vocab_size, max_context=wl.max_context or 131072)
+        for p in cfg["policies"]:
+            sims = [run_workload(Simulator(c, policy=p, chunk_size=cfg["chunk_size"], vocab_size=model.vocab_size,
+                                           max_context=model.max_context, **options.get(p, {})), wl).summary
+                    for c in cms]
+            say(f"[rescore] {wname} {p}: {len(sims)} shares")
+            for key, stat, label in METRICS:
+                for tenant in [t for t in sims[0] if t != "all"]:
+                    old = saved.get((wname, p, tenant, label))
+                    if old is None:
+                        continue
+                    sim_runs = [_metric(sm, tenant, key, stat) for sm in sims]
+                    simv = float(np.median(sim_runs))
+                    err = abs(simv - old["engine"]) / old["engine"]
+                    vals = old["engine_runs"]
+                    rows.append(dict(old, sim=simv, sim_saved=old["sim"], sim_runs=sim_runs, rel_error=err,
+                                     passed=bool(err <= old["tolerance"]),
+                                     paired_errors=([abs(a - b) / b for a, b in zip(sim_runs, vals)]
+                                                    if len(sim_runs) == len(vals) > 1 else None)))
+    order = {k: i for i, k in enumerate(saved)}
+    rows.sort(key=lambda r: order[(r["workload"], r["policy"], r["tenant"], r["metric"])])
+    return {"source": source, "table": rows, "summary": _summary(rows), "rule": result.get("rule"),
+            "coefficients": [coefficients(c) for c in cms]}
 
 
 def sentinel_itl(engine, *, prompt_tokens: int = 64, tokens: int = 24, seed: int = 0) -> float:
@@ -781,6 +858,9 @@ def add_validate_arguments(parser) -> None:
     parser.add_argument("--profile", default=None, help="a saved profile (path or name) instead of measuring one")
     parser.add_argument("--platform", default=None, help="results folder name (default: detected)")
     parser.add_argument("--name", default="sim_validation", help="results file name")
+    parser.add_argument("--rescore", default=None, metavar="JSON",
+                        help="score a saved validation file again under this version's cost model and "
+                             "simulator (no model, no device) and write <its name>_rescored.json beside it")
     parser.add_argument("--sentinel-tokens", type=int, default=24,
                         help="output tokens of the lone chat run before each profile share and engine run "
                              "(its ITL tracks the machine's speed); 0 for none")
@@ -789,7 +869,20 @@ def add_validate_arguments(parser) -> None:
 
 
 def cli_validate(args) -> int:
-    """Run :func:`validate_simulator` and print its table; exit status 1 if a row fails."""
+    """Run :func:`validate_simulator` and print its table; exit status 1 if a row fails. With
+    ``--rescore FILE``: :func:`rescore_validation` of that file instead."""
+    if getattr(args, "rescore", None):
+        import json
+
+        from .results import _clean
+
+        res = rescore_validation(args.rescore, log=None if args.quiet else (lambda s: print(s, flush=True)))
+        print(format_validation(res))
+        src = Path(args.rescore)
+        out = src.with_name(src.stem + "_rescored.json")
+        out.write_text(json.dumps(_clean(res), indent=1))
+        print(f"wrote {out}")
+        return 0 if all(r["passed"] for r in res["table"]) else 1
     from .models import load_model
 
     model = load_model(args.model, bits=args.bits, dtype=args.dtype)

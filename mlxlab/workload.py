@@ -289,6 +289,23 @@ class Workload:
                 "max_context": self.max_context,
                 "tenants": [{"type": type(t).__name__, **dataclasses.asdict(t)} for t in self.tenants]}
 
+    @classmethod
+    def from_config(cls, config: dict) -> "Workload":
+        """The workload a :meth:`config` dict describes (as saved with results), arrivals and all."""
+        kinds = {"ChatTenant": ChatTenant, "BatchTenant": BatchTenant}
+        if config.get("kind") != "workload":
+            raise ValueError(f"not a workload config (kind {config.get('kind')!r}); a trace replays with "
+                             f"TraceWorkload.from_file")
+        tenants = []
+        for t in config["tenants"]:
+            t = dict(t)
+            kind = t.pop("type")
+            if kind not in kinds:
+                raise ValueError(f"unknown tenant type {kind!r}; known: {sorted(kinds)}")
+            tenants.append(kinds[kind](**{k: tuple(v) if isinstance(v, list) else v for k, v in t.items()}))
+        return cls(tenants, vocab_size=config["vocab_size"], seed=config.get("seed", 0),
+                   max_context=config.get("max_context"), name=config.get("name"))
+
     def __repr__(self) -> str:
         return f"Workload({self.name!r}, tenants={self.tenants!r}, seed={self.seed})"
 

@@ -387,7 +387,10 @@ def test_validation_on_tiny_within_noise_derived_tolerance(tiny):
     on this shared CPU the noise term usually decides (under a load of ~9 on 2 cores the engine's
     run-to-run spread reached 100%). At least 5 of the 6 metrics must pass: a p99 over ~20 gaps
     is one sample's worth of noise."""
-    from mlxlab.simstudy import validate_simulator
+    import json
+
+    from mlxlab.results import _clean
+    from mlxlab.simstudy import rescore_validation, validate_simulator
 
     wl = Workload([ChatTenant(sessions=1, turns=1, first_prompt_tokens=64, output_tokens=24, think_time_s=0.0),
                    BatchTenant(workers=1, requests=1, prompt_tokens=512, output_tokens=6)],
@@ -403,6 +406,16 @@ def test_validation_on_tiny_within_noise_derived_tolerance(tiny):
         if sum(r["passed"] for r in rows) >= 5:
             break
     assert len(rows) == 6 and {r["metric"] for r in rows} == {"ttft_p50_s", "itl_p50_s", "itl_p99_s"}
+    # a lone chat before each profile share and each engine run, and the simulator's on each share
+    assert [(x["before"], x["repeat"]) for x in res["sentinels"]["runs"]] == \
+        [(b, r) for r in range(3) for b in ("profile", "chat+long/interleave")]
+    assert all(x["itl_p50_s"] > 0 for x in res["sentinels"]["runs"]) and len(res["sentinels"]["sim"]) == 3
+    # scored again from the saved file alone (no model): this version refits the same shares and
+    # simulates the same workloads, so every simulator value comes back exactly
+    again = rescore_validation(json.loads(json.dumps(_clean(res))))
+    assert [(r["metric"], r["tenant"]) for r in again["table"]] == [(r["metric"], r["tenant"]) for r in rows]
+    assert [r["sim"] for r in again["table"]] == pytest.approx([r["sim"] for r in rows], rel=1e-9)
+    assert [r["sim_saved"] for r in again["table"]] == [r["sim"] for r in rows]
     for r in rows:
         assert r["tolerance"] >= 0.10 and r["tolerance"] == pytest.approx(max(0.10, 3 * r["noise"]))
     assert all(r["sim"] > 0 and r["engine"] > 0 for r in rows)

@@ -257,3 +257,20 @@ def test_run_workload_on_tiny_model_finishes_chat_and_batch():
     assert set(res.summary_table().tenant) == {"all", "chat", "batch"}
     doc = res.to_json()
     assert doc["summary"]["chat"]["requests"] == 3 and doc["config"]["workload"]["seed"] == 0
+
+
+def test_a_workload_comes_back_from_its_config():
+    """Workload.from_config(w.config()) sends the same arrivals (saved results name their
+    workload by its config; rescoring a validation rebuilds it from there)."""
+    import json
+
+    w = Workload([ChatTenant(sessions=2, turns=2, first_prompt_tokens=40, turn_tokens=8, output_tokens=5,
+                             think_time_s=0.1, stagger_s=0.05),
+                  BatchTenant(workers=2, requests=3, prompt_tokens=(30, 90), output_tokens=4)],
+                 vocab_size=500, seed=3, max_context=4096, name="mix")
+    back = Workload.from_config(json.loads(json.dumps(w.config())))
+    assert back.config() == w.config()
+    assert [(a.time_s, a.prompt, a.max_tokens, a.tenant) for a in back.start()] == \
+        [(a.time_s, a.prompt, a.max_tokens, a.tenant) for a in w.start()]
+    with pytest.raises(ValueError, match="not a workload config"):
+        Workload.from_config({"kind": "trace"})
