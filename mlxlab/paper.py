@@ -8,6 +8,7 @@ tables and to the figures the notebooks write to ``paper/figures/``.
 from __future__ import annotations
 
 import json
+import statistics
 from pathlib import Path
 from typing import Dict, List
 
@@ -80,15 +81,29 @@ def claims_section(title: str, paths: List[Path]) -> str:
 
 
 def sim_section(paths: List[Path]) -> str:
+    """One table per validation file: ``sim_validation.json`` (the latest run) first, then the
+    other runs and re-scorings on file (``validate-sim --name``, ``--rescore``)."""
     parts = ["## Simulator against engine\n"]
-    for p in paths:
+    for p in sorted(paths, key=lambda q: (q.parent.name, q.stem != "sim_validation", q.stem)):
         d = json.loads(p.read_text())
         s = d.get("summary", {})
         rows = [[m, v.get("median_rel_error"), v.get("max_rel_error"), f"{v.get('within_10pct')}/{v.get('n')}",
                  f"{v.get('passed')}/{v.get('n')}"] for m, v in s.items() if isinstance(v, dict)]
-        parts += [f"### {p.parent.name}\n", d.get("rule", ""), "",
-                  _table(["metric", "median rel. error", "max rel. error", "within 10%", "within noise rule"], rows),
-                  "", _source(p, d), ""]
+        title = p.parent.name if p.stem == "sim_validation" else f"{p.parent.name}: {p.stem}"
+        parts += [f"### {title}\n"]
+        if d.get("source"):  # a re-scoring (validate-sim --rescore): no run of its own
+            parts += [f"The runs of `{d['source']}` scored again by this version's cost model and simulator "
+                      f"(each profile share fitted again, the engine's side as measured).", ""]
+        parts += [d.get("rule") or "", "",
+                  _table(["metric", "median rel. error", "max rel. error", "within 10%", "within noise rule"], rows), ""]
+        sent = [x["itl_p50_s"] * 1e3 for x in (d.get("sentinels") or {}).get("runs", [])]
+        if sent:
+            parts += [f"Sentinel (a lone chat before every profile share and engine run): ITL p50 median "
+                      f"{statistics.median(sent):.2f} ms, {min(sent):.2f}-{max(sent):.2f} ms over {len(sent)} runs.", ""]
+        if d.get("environment"):
+            parts += [_source(p, d), ""]
+        else:
+            parts += [f"*Source: `{p.relative_to(ROOT)}`.*", ""]
     return "\n".join(parts)
 
 
@@ -195,7 +210,7 @@ def write_results(out: Path = ROOT / "paper" / "results.md") -> Path:
                 bench_section(files("bench_engine*")),
                 claims_section("Multi-tenant scheduling on the real engine", files("scheduling*")),
                 single_request_section(res),
-                sim_section(files("sim_validation")),
+                sim_section(files("sim_validation*")),
                 probes_section(res),
                 claims_section("The case study at its own scale (simulator, published profile)", files("seed_scale"))]
     out.parent.mkdir(parents=True, exist_ok=True)

@@ -22,3 +22,18 @@ def test_results_md_has_a_table_for_each_probe_on_file(tmp_path):
         rows = json.loads((H200 / "align_ab.json").read_text())["rows"]
         section = text[text.index("The engine with aligned chunks"):]
         assert section.count("| chat+") >= len(rows)
+
+
+def test_results_md_has_every_validation_on_file(tmp_path):
+    """Each sim_validation*.json gets its own table (the latest run first); a re-scoring says
+    which runs it scored."""
+    text = write_results(tmp_path / "results.md").read_text()
+    section = text[text.index("## Simulator against engine"):]
+    for p in sorted(H200.glob("sim_validation*.json")):
+        heading = "### h200\n" if p.stem == "sim_validation" else f"### h200: {p.stem}\n"
+        assert heading in section, p.name
+        if p.stem.endswith("_rescored"):
+            assert "scored again by this version" in section[section.index(heading):]
+    if (H200 / "sim_validation.json").exists():
+        assert section.index("### h200\n") < min(section.index(f"### h200: {p.stem}")
+                                                 for p in H200.glob("sim_validation_*.json"))
