@@ -199,6 +199,17 @@ def probes_section(res: Path) -> str:
         rows = [[r["chunk"], r["presized_median_s"] * 1e3, r["grown_median_s"] * 1e3, r["speedup"]] for r in d["rows"]]
         parts += [f"### A {d['prompt']:,}-token prefill, KV cache sized up front or grown by 256 ({p.parent.name})\n",
                   _table(["chunk", "sized ms (median)", "grown ms (median)", "speedup"], rows), "", _source(p, d), ""]
+    for p in sorted(res.glob("*/decode_modes.json")):
+        d = json.loads(p.read_text())
+        fmt = lambda xs: ", ".join(f"{x:.1f}" for x in xs)  # noqa: E731
+        rows = [[r["file"], fmt(r["engine_run_medians_ms"]), fmt(r["profile_share_medians_ms"]),
+                 fmt(r["sim_share_medians_ms"])] for r in d["rows"]]
+        parts += [f"### Decodes of {d['batch']} rows in `{d['run']}`: engine runs against profile shares "
+                  f"(`{d['profile_cell']}`), medians in ms ({p.parent.name})\n",
+                  f"From the steps the {p.parent.name} validation files keep (`scripts/decode_modes.py`, run "
+                  f"anywhere; the source line names the machine that read them).", "",
+                  _table(["validation", "engine, per repeat", "profile, per share", "simulator, per share"], rows),
+                  "", _source(p, d), ""]
     return "\n".join(["## Probes behind the simulator's cost terms\n"] + parts) if parts else ""
 
 

@@ -565,6 +565,46 @@ def validation_chart(rows: List[dict], title: str = "simulator vs engine"):
     return (band + diag + pts).properties(width=420, height=380, title=title)
 
 
+def decode_periods(result: dict, run: str, batch: int, *, max_context: Optional[int] = None,
+                   profile_cell: Optional[str] = None) -> Dict[str, List[List[float]]]:
+    """The periods (seconds: next step's start less this one's) of a validation's decode-only steps
+    of ``batch`` rows that changed nothing, run by run: ``engine`` for each repeat of ``run``
+    ("workload/policy"), ``sim`` for each share, and ``profile`` for each share's records of
+    ``profile_cell`` (e.g. "decode b2 c32"). ``max_context``: only steps whose rows' contexts sum
+    to at most this. Periods that include a wait for an arrival are left out."""
+    cols = result["steps"]["columns"]
+    out: Dict[str, List[List[float]]] = {}
+    for side in ("engine", "sim"):
+        out[side] = []
+        for rows in result["steps"]["runs"][run][side]:
+            recs = [dict(zip(cols, x)) for x in rows]
+            out[side].append([b["start_s"] - a["start_s"] for a, b in zip(recs, recs[1:])
+                              if a["phase"] == "decode" and a["decode_batch"] == batch
+                              and not (a["joined"] or a["dropped"]) and b["start_s"] - a["end_s"] <= 0.005
+                              and (max_context is None or a["decode_context_tokens"] <= max_context)])
+    if profile_cell:
+        out["profile"] = [[r["duration_s"] for r in share if r.get("cell") == profile_cell]
+                          for share in profile_shares(result["profile"]["records"])]
+    return out
+
+
+def decode_periods_chart(samples: Dict[str, Dict[str, List[List[float]]]], title: str = ""):
+    """Histograms of decode periods (ms), one row per validation file (``samples``: label ->
+    :func:`decode_periods`), engine and profile overlaid: two modes show as two humps."""
+    import altair as alt
+    import pandas as pd
+
+    rows = [{"validation": label, "side": side, "ms": 1e3 * x}
+            for label, d in samples.items() for side in ("engine", "profile") for run in d.get(side, []) for x in run]
+    df = pd.DataFrame(rows)
+    return alt.Chart(df).mark_bar(opacity=0.6).encode(
+        x=alt.X("ms:Q", bin=alt.Bin(step=0.5), title="decode step period (ms)"),
+        y=alt.Y("count():Q", stack=None, title="steps"), color=alt.Color("side:N"),
+        row=alt.Row("validation:N", title=None, sort=list(samples),
+                    header=alt.Header(labelAngle=0, labelAlign="left", labelFontSize=11))
+    ).properties(width=420, height=90, title=title)
+
+
 # ---------------------------------------------------------------------------------- seed scale
 def _gaps_in(req, window) -> List[float]:
     t = req.token_times_s

@@ -13,7 +13,8 @@ def test_results_md_has_a_table_for_each_probe_on_file(tmp_path):
     expected = {"chunk_probe.json": "One prefill chunk by its exact size",
                 "decode_probe.json": "A lone stream's decode",
                 "presize_probe.json": "KV cache sized up front or grown",
-                "align_ab.json": "The engine with aligned chunks"}
+                "align_ab.json": "The engine with aligned chunks",
+                "decode_modes.json": "engine runs against profile shares"}
     for name, heading in expected.items():
         assert ((H200 / name).exists()) == (heading in text), name
     if (H200 / "align_ab.json").exists():  # every row of the A/B is in the table, with its ratio

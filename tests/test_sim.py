@@ -468,6 +468,32 @@ def test_padding_gets_its_own_price_only_from_steps_that_had_padding():
     assert StepCostModel.from_dict(old).coefficients()["decode_padding_tokens"] == pytest.approx(1e-7)
 
 
+def test_decode_periods_picks_the_unchanged_decodes_of_a_batch_size():
+    """From a validation's saved steps: decode-only steps of the asked batch that changed nothing,
+    their period to the next step, per run; a step followed by a wait for an arrival, a change,
+    another batch size or a larger context is left out. The profile cell's records per share."""
+    from mlxlab.simstudy import STEP_COLUMNS, decode_periods
+
+    def step(t, phase, b, ctx, joined=0, end=None):
+        d = dict(start_s=t, end_s=end if end is not None else t + 0.001, phase=phase, decode_batch=b,
+                 decode_context_tokens=ctx, prefill_tokens=0, prefill_context_tokens=0, chunks=0, joined=joined,
+                 dropped=0, fused=False)
+        return [d[c] for c in STEP_COLUMNS]
+
+    run = [step(0.000, "decode", 2, 100, joined=1, end=0.009), step(0.010, "decode", 2, 102, end=0.017),
+           step(0.018, "decode", 2, 104, end=0.029), step(0.030, "decode", 2, 9000, end=0.039),
+           step(0.040, "decode", 2, 106, end=0.041), step(0.100, "decode", 4, 200, end=0.119),
+           step(0.120, "mixed", 2, 108)]
+    res = {"steps": {"columns": list(STEP_COLUMNS), "runs": {"w/p": {"engine": [run], "sim": [run[:3]]}}},
+           "profile": {"records": [{"cell": "decode b2 c32", "duration_s": 0.007, "share": 0},
+                                   {"cell": "decode b1 c32", "duration_s": 0.005, "share": 0},
+                                   {"cell": "decode b2 c32", "duration_s": 0.012, "share": 1}]}}
+    got = decode_periods(res, "w/p", 2, max_context=6000, profile_cell="decode b2 c32")
+    assert got["engine"] == [pytest.approx([0.008, 0.012])]
+    assert got["sim"] == [pytest.approx([0.008])]
+    assert got["profile"] == [[0.007], [0.012]]
+
+
 def test_cli_profile_writes_the_seed001_file(tmp_path, monkeypatch, capsys):
     import argparse
     import json
