@@ -24,9 +24,9 @@ What is mirrored from the engine (non-overlap mode), rule by rule:
   ``predict(batch, kv, chunks)``, each chunk in plan order (a prompt's ``prefill_start_s`` is
   when its first chunk starts). ``kv`` is the sum of the rows' contexts; a batch of two or more
   also reads the left padding of the engine's ``BatchKVCache`` (batch x longest context less
-  ``kv``), charged as ``decode_padding_tokens``. ``J``: when finished prefills join and the batch then has two or more
-  rows, rows x longest context (the merge/extend copies every row at the longest width); ``D``:
-  when rows leave and some remain, kept rows x the old longest context (``filter``), or the one
+  ``kv``), charged as ``decode_padding_tokens``. ``J``: when finished prefills join and the
+  batch then has two or more rows, rows x longest context (the merge/extend copies every row at
+  the longest width); ``D``: when rows leave and some remain, kept rows x the old longest context (``filter``), or the one
   row's context (``extract`` back to a plain cache);
 * pipelining (with a measured ``tail_s``): decode forwards run one at a time; a forward started
   at ``max(step start, end of the previous forward)`` ends ``decode`` seconds later, and the
@@ -186,11 +186,10 @@ class Simulator:
         self._busy_until = 0.0  # when the last decode forward ends
         # a packed decode rides on its chunks' forward (StepCostModel.predict(packed=True)); a
         # duck-typed cost model without that argument is charged back to back
-        self._packed_kw = ({"packed": True} if packed_charge and "packed" in inspect.signature(
-            self.cost_model.predict).parameters else {})
+        params = inspect.signature(self.cost_model.predict).parameters
+        self._packed_kw = {"packed": True} if packed_charge and "packed" in params else {}
         # a batch's left padding is its own term (StepCostModel's decode_padding_tokens); a
         # duck-typed cost model without it is charged the padding as context
-        params = inspect.signature(self.cost_model.predict).parameters
         self._padding_term = "decode_padding_tokens" in params
         # rows that began decoding (a lone row's first decode too): a packed step pays for them
         self._joined_term = "joined" in params
@@ -296,8 +295,8 @@ class Simulator:
             rec.decode_seqs = [s.req.id for s in rows]
             contexts = [s.prefill_tokens + s.issued for s in rows]
             rec.decode_context_tokens = sum(contexts)  # the engine's record: the sum
-            # what the forward reads: a batch of two or more is one BatchKVCache, left-padded to
-            # its longest row, so every row costs the longest context (a lone row its own)
+            # a batch of two or more is one BatchKVCache, left-padded to its longest row: the
+            # forward also reads the padding, priced apart (or as context, see _padding_term)
             decode_ctx = sum(contexts)
             if self.padded_kv and len(rows) > 1:
                 pad = len(rows) * max(contexts) - decode_ctx
