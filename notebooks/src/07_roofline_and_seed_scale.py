@@ -16,6 +16,7 @@ bandwidth_bytes = 256 * 2**20      # copy-kernel buffer
 bits = 4                           # weight quantization assumed for the presets' ceilings
 results_dir = None
 figures_dir = None
+sim_model = "tiny"                 # the model of the engine-vs-simulator demo
 
 # %%
 import json
@@ -121,3 +122,122 @@ rows = [
      "verdict": "reproduced" if abs(kv23 - 0.46) < 0.02 else "not reproduced", "evidence": "20 KB/token x 23k"},
 ]
 nb.verdict_table(rows)
+
+# %% [markdown]
+# ## The case study at its own scale (simulator, published profile)
+#
+# No machine here runs a 35B model on a 60k-token prompt. The simulator does, with the cost model
+# derived from the case study's own figures (`mlxlab.profile.seed001_profile`: every coefficient
+# with its provenance). Each claim below says whether its figure was an input of that derivation
+# (*calibration*: a consistency check) or follows from it (*prediction*).
+
+# %%
+from mlxlab import simstudy
+from mlxlab.profile import seed001_cost_model
+
+study = simstudy.seed_scale_study()
+S.figure(simstudy.seed_scale_chart(study), "seed_scale")  # the figure `mlxlab seed-scale` writes
+claims = pd.DataFrame(study["claims"])[["name", "published", "measured", "unit", "verdict", "role"]]
+claims
+
+# %% [markdown]
+# ## Explore: one long prompt beside a chat, at any chunk size
+#
+# A chat at 23k context is decoding when the 60k-token prompt arrives. Pick the policy and its
+# chunk size (the token budget for `stall_free`): the simulator runs the pair on the published
+# profile and places the result on the plane of the study above (grey).
+
+# %%
+from mlxlab.sim import simulate
+from mlxlab.workload import BatchTenant, ChatTenant, Workload
+
+seed_cm = seed001_cost_model()
+plane = pd.DataFrame(study["plane"])
+
+
+def one_point(policy, chunk):
+    wl = Workload([ChatTenant(sessions=1, turns=1, first_prompt_tokens=23_000, output_tokens=400, think_time_s=0.0),
+                   BatchTenant(workers=1, requests=1, prompt_tokens=60_000, output_tokens=1, start_s=1.0)],
+                  vocab_size=1000, max_context=262_144)
+    opts = {"token_budget": chunk} if policy == "stall_free" else {}
+    res = simulate(seed_cm, wl, policy=policy, chunk_size=chunk, **opts)
+    req = res.requests
+    long_ttft = float(req[req.tenant == "batch"].ttft_s.iloc[0])
+    chat = res.summary["chat"]["itl_s"]
+    return {"label": f"{policy} {chunk}", "long_ttft_s": long_ttft, "itl_p50_s": chat["p50"], "itl_p99_s": chat["p99"]}
+
+
+def build(policy, chunk):
+    pt = pd.DataFrame([one_point(policy, chunk)])
+    axes = dict(x=alt.X("itl_p99_s:Q", scale=alt.Scale(type="log"), title="chat ITL p99 (s)"),
+                y=alt.Y("long_ttft_s:Q", title="60k prompt TTFT (s)"))
+    grey = alt.Chart(plane).mark_point(color="lightgray").encode(**axes, tooltip=["label"])
+    here = alt.Chart(pt).mark_point(size=160, filled=True, color="crimson").encode(
+        **axes, tooltip=["label", "long_ttft_s", "itl_p50_s", "itl_p99_s"])
+    return (grey + here).properties(title=f"{policy}, chunk {chunk}: TTFT {pt.long_ttft_s[0]:.1f} s, "
+                                          f"chat ITL p99 {pt.itl_p99_s[0]:.2f} s", width=420, height=300)
+
+
+controls = {"policy": widgets.choice_slider(["interleave", "admission_gate", "stall_free"], "interleave", "policy"),
+            "chunk": widgets.choice_slider([256, 384, 512, 768, 1024, 1536, 2048, 3072, 4096], 1024, "chunk / budget")}
+widgets.explorer(build, controls)
+
+# %% [markdown]
+# ## The same policies on the engine and on the simulator: one argument
+#
+# The engine and the simulator take the same policies and workloads and return the same tables,
+# so a study switches executor with one argument. Here a small profile of `sim_model` is measured
+# on this machine, then one workload runs on both.
+
+# %%
+from mlxlab import Engine, load_model
+from mlxlab.profile import profile_device
+from mlxlab.runner import run_workload
+from mlxlab.sim import Simulator
+
+demo_model = load_model(sim_model, dtype="float32")
+grid = dict(prefill_tokens=(16, 64, 128), contexts=(0, 384), decode_batches=(1, 2), decode_contexts=(32, 512),
+            repeats=1, fill_chunk=128)
+prof = profile_device(demo_model, **grid)
+wl = simstudy.validation_workloads(demo_model, scale=0.25)["chat+long"]
+rows = []
+for executor in (Engine(demo_model, policy="stall_free", chunk_size=128),
+                 Simulator.for_model(demo_model, prof["cost_model"], policy="stall_free", chunk_size=128)):
+    res = run_workload(executor, wl)
+    rows += [{"executor": type(executor).__name__, **r} for r in res.summary_table().to_dict("records")]
+pd.DataFrame(rows)[["executor", "tenant", "ttft_p50_s", "itl_p50_s", "itl_p99_s"]]
+
+# %% [markdown]
+# ## Simulator against engine: the committed validations
+#
+# `mlxlab validate-sim` runs the engine and the simulator on the same workloads, five repeats, with a
+# profile measured in between (tolerance: 10% or three times the engine's own run-to-run spread).
+# The tables below are the committed runs; `mlxlab validate-sim --rescore FILE` scores any of them
+# again under the current cost model without a device. On the H200 the one comparison that misses
+# in every run is a chat's ITL p50 whose steps are two-row decodes, and those run in one of two
+# modes (last chart).
+
+# %%
+vals = []
+for f in sorted((data_dir() / "results").glob("*/sim_validation*.json")):
+    if "quick" in f.parts:
+        continue
+    d = json.loads(f.read_text())
+    for metric, s in d["summary"].items():
+        vals.append({"platform": f.parent.name, "file": f.stem, "metric": metric,
+                     "median error": s["median_rel_error"], "within 10%": f"{s['within_10pct']}/{s['n']}",
+                     "within noise rule": f"{s['passed']}/{s['n']}"})
+latest = {f.parent.name: json.loads(f.read_text()) for f in (data_dir() / "results").glob("*/sim_validation.json")}
+for plat, d in sorted(latest.items()):
+    display(simstudy.validation_chart(d["table"], title=f"simulator against engine ({plat})"))
+pd.DataFrame(vals)
+
+# %%
+h200 = data_dir() / "results" / "h200"
+modes = {}
+for f in sorted(h200.glob("sim_validation*.json")):
+    d = json.loads(f.read_text())
+    if f.stem.endswith("_rescored") or "chat+batch/interleave" not in d.get("steps", {}).get("runs", {}):
+        continue
+    modes[f.stem] = simstudy.decode_periods(d, "chat+batch/interleave", 2, max_context=6000, profile_cell="decode b2 c32")
+simstudy.decode_periods_chart(modes, title="two-row decodes on the H200: engine runs and profile shares") if modes else "no H200 validation on file"
