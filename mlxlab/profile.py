@@ -780,6 +780,9 @@ def add_profile_arguments(parser) -> None:
                         help=f"decode batch sizes (default {list(PROFILE_DEFAULTS['decode_batches'])})")
     parser.add_argument("--decode-contexts", type=int, nargs="+", default=None,
                         help=f"decode contexts (default {list(PROFILE_DEFAULTS['decode_contexts'])})")
+    parser.add_argument("--join-contexts", type=int, nargs="+", default=None,
+                        help="prompt lengths of the long rows that join a short row's decode "
+                             "(default: the longest decode context)")
     parser.add_argument("--repeats", type=int, default=None, help=f"default {PROFILE_DEFAULTS['repeats']}")
     parser.add_argument("--quick", action="store_true", help=f"a small grid: {QUICK_DEFAULTS}")
     parser.add_argument("--seed001", action="store_true",
@@ -805,7 +808,8 @@ def cli_profile(args) -> int:
     model = load_model(args.model, bits=args.bits, dtype=args.dtype)
     print(f"[profile] {args.model}: {model.num_params / 1e6:.1f}M params, dtype={model.dtype}, bits={model.bits}; "
           f"grid {grid}", flush=True)
-    prof = profile_device(model, **grid, log=None if args.quiet else (lambda s: print(s, flush=True)))
+    prof = profile_device(model, **grid, join_contexts=getattr(args, "join_contexts", None),
+                          log=None if args.quiet else (lambda s: print(s, flush=True)))
     for f, c in prof["coefficients"].items():
         print(f"  {f:24s} {c:.4g}" if c is not None else f"  {f:24s} n/a")
     for kind, e in prof["fit"].items():
