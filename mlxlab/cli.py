@@ -8,6 +8,15 @@ import sys
 from .platform import mlx_env, reexec_with_fast_blas
 
 
+def add_model_arguments(parser: argparse.ArgumentParser, default: str = "small") -> argparse.ArgumentParser:
+    """``--model``, ``--bits`` and ``--dtype``, as every command and probe script that loads a
+    model takes them (:func:`mlxlab.models.load_model`'s arguments)."""
+    parser.add_argument("--model", default=default, help="preset or local model directory")
+    parser.add_argument("--bits", type=int, default=None, help="quantize weights to this many bits")
+    parser.add_argument("--dtype", default=None, help="float32 / bfloat16 / float16 (default: by device)")
+    return parser
+
+
 def _bench_engine(args) -> int:
     from .bench import bench_engine
     from .models import load_model
@@ -95,9 +104,7 @@ def build_parser() -> argparse.ArgumentParser:
     be.add_argument("--name", default="bench_engine", help="results file name")
     be.set_defaults(func=_bench_engine)
     bs = bsub.add_parser("scheduling", help="the seed-001 stall and its fixes on the engine, beside BatchGenerator")
-    bs.add_argument("--model", default="small", help="preset or local model directory")
-    bs.add_argument("--bits", type=int, default=None, help="quantize weights to this many bits")
-    bs.add_argument("--dtype", default=None, help="float32 / bfloat16 / float16 (default: by device)")
+    add_model_arguments(bs)
     bs.add_argument("--quick", action="store_true",
                     help="half the prompt scale, chunks 128/512/2048, 3 repeats (about 1 minute on a CPU with tiny)")
     bs.add_argument("--repeats", type=int, default=None, help="runs per configuration (default 3)")

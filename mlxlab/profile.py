@@ -458,8 +458,8 @@ def profile_device(model, *, prefill_tokens: Sequence[int] = PROFILE_DEFAULTS["p
         for _ in range(2):  # the short row settles in alone
             alone(case, "", record=False)
         fill(eng, script, long_row, c_long - 1, keep=False)
-        w = c_long - 1 + 1  # the long row's context at its first decode
-        alone("join_chunk" if chunked else "rebatch", f"join {tag}", join_tokens=2 * w)
+        # both rows are copied at the long row's width, its context at its first decode: c_long
+        alone("join_chunk" if chunked else "rebatch", f"join {tag}", join_tokens=2 * c_long)
         if chunked:
             for j in range(k_after):
                 alone(case, f"{case} after join {tag} #{j + 1}")
@@ -769,9 +769,9 @@ def seed001_cost_model() -> StepCostModel:
 # ---------------------------------------------------------------------------------- CLI
 def add_profile_arguments(parser) -> None:
     """Arguments of ``mlxlab profile`` (the lead wires this into :mod:`mlxlab.cli`)."""
-    parser.add_argument("--model", default="small", help="preset or local model directory")
-    parser.add_argument("--bits", type=int, default=None, help="quantize weights to this many bits")
-    parser.add_argument("--dtype", default=None, help="float32 / bfloat16 / float16 (default: by device)")
+    from .cli import add_model_arguments
+
+    add_model_arguments(parser)
     parser.add_argument("--prefill-tokens", type=int, nargs="+", default=None,
                         help=f"chunk sizes (default {list(PROFILE_DEFAULTS['prefill_tokens'])})")
     parser.add_argument("--contexts", type=int, nargs="+", default=None,

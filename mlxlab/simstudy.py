@@ -459,7 +459,6 @@ def rescore_validation(result, *, log: Optional[Callable[[str], None]] = None) -
     with ``sim``, ``sim_runs``, ``rel_error``, ``passed``, ``paired_errors`` recomputed and the
     saved simulator value kept as ``sim_saved``."""
     import json
-    from types import SimpleNamespace
 
     from .profile import cell_medians, coefficients, fit_cost_model
     from .runner import run_workload
@@ -480,10 +479,9 @@ def rescore_validation(result, *, log: Optional[Callable[[str], None]] = None) -
     saved = {(r["workload"], r["policy"], r["tenant"], r["metric"]): r for r in result["table"]}
     rows = []
     for wname, wl in workloads.items():
-        model = SimpleNamespace(vocab_size=wl.vocab_size, max_context=wl.max_context or 131072)
         for p in cfg["policies"]:
-            sims = [run_workload(Simulator(c, policy=p, chunk_size=cfg["chunk_size"], vocab_size=model.vocab_size,
-                                           max_context=model.max_context, **options.get(p, {})), wl).summary
+            sims = [run_workload(Simulator(c, policy=p, chunk_size=cfg["chunk_size"], vocab_size=wl.vocab_size,
+                                           max_context=wl.max_context or 131072, **options.get(p, {})), wl).summary
                     for c in cms]
             say(f"[rescore] {wname} {p}: {len(sims)} shares")
             for key, stat, label in METRICS:
@@ -887,9 +885,9 @@ def seed_scale_chart(result: dict):
 # ---------------------------------------------------------------------------------- CLI
 def add_validate_arguments(parser) -> None:
     """Arguments of a ``mlxlab sim validate`` command (the lead wires this into :mod:`mlxlab.cli`)."""
-    parser.add_argument("--model", default="small", help="preset or local model directory")
-    parser.add_argument("--bits", type=int, default=None, help="quantize weights to this many bits")
-    parser.add_argument("--dtype", default=None, help="float32 / bfloat16 / float16 (default: by device)")
+    from .cli import add_model_arguments
+
+    add_model_arguments(parser)
     parser.add_argument("--policies", nargs="+", default=["interleave", "admission_gate", "stall_free"])
     parser.add_argument("--repeats", type=int, default=3, help="engine runs per configuration (>= 2)")
     parser.add_argument("--scale", type=float, default=1.0,

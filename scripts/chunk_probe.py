@@ -28,6 +28,7 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
+from mlxlab.cli import add_model_arguments  # noqa: E402
 from mlxlab.platform import reexec_with_fast_blas  # noqa: E402
 
 SIZES = "2048,2047,2040,2056,1024,1023,1016,1000,512,511,510,508,504,496,480,256,255,128"
@@ -35,9 +36,7 @@ SIZES = "2048,2047,2040,2056,1024,1023,1016,1000,512,511,510,508,504,496,480,256
 
 def main(argv=None) -> int:
     p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    p.add_argument("--model", default="small")
-    p.add_argument("--bits", type=int, default=None)
-    p.add_argument("--dtype", default=None)
+    add_model_arguments(p)
     p.add_argument("--sizes", default=SIZES, help="chunk token counts, comma-separated")
     p.add_argument("--contexts", default="0,8192", help="tokens already in the cache, comma-separated")
     p.add_argument("--repeats", type=int, default=3)

@@ -40,14 +40,13 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
+from mlxlab.cli import add_model_arguments  # noqa: E402
 from mlxlab.platform import reexec_with_fast_blas  # noqa: E402
 
 
 def parse_args(argv=None):
     p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    p.add_argument("--model", default="small")
-    p.add_argument("--bits", type=int, default=None)
-    p.add_argument("--dtype", default=None)
+    add_model_arguments(p)
     p.add_argument("--prompt", type=int, default=1024, help="the lone stream's prompt tokens")
     p.add_argument("--tokens", type=int, default=64, help="the lone stream's output tokens")
     p.add_argument("--long", type=int, default=16384, help="the long prompt of packed / big_prefill")

@@ -32,6 +32,10 @@ run() {
   echo "== $*" | tee -a "$LOG"
   timeout "${T:-300}" "$@" 2>&1 | tr '\r' '\n' | grep --line-buffered -v 'it/s\]$' | tee -a "$LOG" | tail -40
 }
+# probe scripts run on the mlx bundle (scripts/h200.sh unpacks it the same way for mlxlab commands)
+[ -d .mlxcuda/site/mlx ] || { mkdir -p .mlxcuda/site && tar xJf .mlxcuda/mlx-cuda-sm90.tar.xz -C .mlxcuda/site; }
+PY="env PYTHONPATH=.mlxcuda/site:. MLXLAB_PLATFORM=h200 PYTHONUNBUFFERED=1 python3"
+M="--model qwen2.5-coder-1.5b --bits 4"
 case "$part" in
   engine)
     T=${T_ENGINE:-420} run $H bench engine --models qwen2.5-0.5b llama-3.2-1b qwen2.5-coder-1.5b --bits 4 \
@@ -58,35 +62,26 @@ case "$part" in
       --decode-tokens 128 --repeats 9 --name bench_engine_qwen2.5-0.5b ;;
   rebatch)
     export MLX_CUDA_USE_CUDNN_SDPA=0 MLX_PTX_CACHE_DIR=.mlxcuda/ptx_cache  # later processes reuse the JIT cache
-    P="env PYTHONPATH=.mlxcuda/site:. MLXLAB_PLATFORM=h200 PYTHONUNBUFFERED=1 python3 scripts/rebatch_probe.py --model qwen2.5-coder-1.5b --bits 4"
-    [ -d .mlxcuda/site/mlx ] || { mkdir -p .mlxcuda/site && tar xJf .mlxcuda/mlx-cuda-sm90.tar.xz -C .mlxcuda/site; }
+    P="$PY scripts/rebatch_probe.py $M"
     T=200 run $P --label default
     T=120 run env MLX_CUDA_GRAPH_CACHE_SIZE=4000 $P --label graph_cache_4000
     T=120 run env MLX_USE_CUDA_GRAPHS=0 $P --label graphs_off ;;
   chunks)
     # one chunk forward by its exact size (round, and a token or two off), at 0 and 8k context
     export MLX_CUDA_USE_CUDNN_SDPA=0
-    [ -d .mlxcuda/site/mlx ] || { mkdir -p .mlxcuda/site && tar xJf .mlxcuda/mlx-cuda-sm90.tar.xz -C .mlxcuda/site; }
-    T=${T_CHUNKS:-240} run env PYTHONPATH=.mlxcuda/site:. MLXLAB_PLATFORM=h200 PYTHONUNBUFFERED=1 python3 scripts/chunk_probe.py \
-      --model qwen2.5-coder-1.5b --bits 4 --repeats 3 ;;
+    T=${T_CHUNKS:-240} run $PY scripts/chunk_probe.py $M --repeats 3 ;;
   decodes)
     # does a lone decode's cost depend on what ran before it (packed steps, big prefills, the profile)?
     export MLX_CUDA_USE_CUDNN_SDPA=0
-    [ -d .mlxcuda/site/mlx ] || { mkdir -p .mlxcuda/site && tar xJf .mlxcuda/mlx-cuda-sm90.tar.xz -C .mlxcuda/site; }
-    T=${T_DECODES:-240} run env PYTHONPATH=.mlxcuda/site:. MLXLAB_PLATFORM=h200 PYTHONUNBUFFERED=1 python3 scripts/decode_probe.py \
-      --model qwen2.5-coder-1.5b --bits 4 ;;
+    T=${T_DECODES:-240} run $PY scripts/decode_probe.py $M ;;
   presize)
     export MLX_CUDA_USE_CUDNN_SDPA=0
-    [ -d .mlxcuda/site/mlx ] || { mkdir -p .mlxcuda/site && tar xJf .mlxcuda/mlx-cuda-sm90.tar.xz -C .mlxcuda/site; }
-    T=${T_PRESIZE:-200} run env PYTHONPATH=.mlxcuda/site:. MLXLAB_PLATFORM=h200 PYTHONUNBUFFERED=1 python3 scripts/presize_probe.py \
-      --model qwen2.5-coder-1.5b --bits 4 --chunks 512,2048 --repeats 3 ;;
+    T=${T_PRESIZE:-200} run $PY scripts/presize_probe.py $M --chunks 512,2048 --repeats 3 ;;
   align)
     export MLX_CUDA_USE_CUDNN_SDPA=0
-    [ -d .mlxcuda/site/mlx ] || { mkdir -p .mlxcuda/site && tar xJf .mlxcuda/mlx-cuda-sm90.tar.xz -C .mlxcuda/site; }
-    T=${T_ALIGN:-300} run env PYTHONPATH=.mlxcuda/site:. MLXLAB_PLATFORM=h200 PYTHONUNBUFFERED=1 python3 scripts/align_ab.py \
-      --model qwen2.5-coder-1.5b --bits 4 --repeats 3 ;;
+    T=${T_ALIGN:-300} run $PY scripts/align_ab.py $M --repeats 3 ;;
   singlereq)
-    T=240 run env PYTHONPATH=.mlxcuda/site:. MLXLAB_PLATFORM=h200 PYTHONUNBUFFERED=1 python3 scripts/h200_singlereq.py ;;
+    T=240 run $PY scripts/h200_singlereq.py ;;
   *) echo "unknown PART $part" >&2; exit 2 ;;
 esac
 if [ -n "${OUT:-}" ]; then

@@ -27,14 +27,13 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
+from mlxlab.cli import add_model_arguments  # noqa: E402
 from mlxlab.platform import reexec_with_fast_blas  # noqa: E402
 
 
 def main(argv=None) -> int:
     p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    p.add_argument("--model", default="small")
-    p.add_argument("--bits", type=int, default=None)
-    p.add_argument("--dtype", default=None)
+    add_model_arguments(p)
     p.add_argument("--prompt", type=int, default=16384)
     p.add_argument("--chunks", default="512,2048", help="chunk sizes, comma-separated")
     p.add_argument("--repeats", type=int, default=3)

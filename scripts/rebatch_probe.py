@@ -45,14 +45,13 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
+from mlxlab.cli import add_model_arguments  # noqa: E402
 from mlxlab.platform import reexec_with_fast_blas  # noqa: E402
 
 
 def parse_args(argv=None):
     p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    p.add_argument("--model", default="small")
-    p.add_argument("--bits", type=int, default=None)
-    p.add_argument("--dtype", default=None)
+    add_model_arguments(p)
     p.add_argument("--lengths", type=int, nargs=4, default=[1500, 1700, 1900, 2100],
                    help="prompt lengths of the four rows (default: %(default)s)")
     p.add_argument("--long-lengths", type=int, nargs=4, default=[7000, 7400, 7800, 8200],
