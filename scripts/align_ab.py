@@ -22,8 +22,8 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
-from mlxlab.cli import add_model_arguments  # noqa: E402
-from mlxlab.platform import reexec_with_fast_blas  # noqa: E402
+from mlxlab.cli.common import add_model_arguments  # noqa: E402
+from mlxlab.core.environment import reexec_with_fast_blas  # noqa: E402
 
 
 def main(argv=None) -> int:
@@ -39,11 +39,11 @@ def main(argv=None) -> int:
     import mlx.core as mx
 
     from mlxlab import load_model
-    from mlxlab.engine import Engine
-    from mlxlab.platform import mlx_env
-    from mlxlab.results import save_results
-    from mlxlab.runner import run_workload
-    from mlxlab.simstudy import validation_workloads
+    from mlxlab.engine.loop import Engine
+    from mlxlab.core.environment import mlx_env
+    from mlxlab.core.results import save_results
+    from mlxlab.core.runner import run_workload
+    from mlxlab.studies.sim_validation import validation_workloads
 
     model = load_model(args.model, bits=args.bits, dtype=args.dtype)
     workloads = validation_workloads(model, scale=args.scale)

@@ -3,7 +3,7 @@ from the samples the file already holds (no new measurement). Usage: python scri
 import json
 import sys
 
-from mlxlab.bench import _ratio
+from mlxlab.studies.bench import _ratio
 
 path = sys.argv[1]
 d = json.load(open(path))

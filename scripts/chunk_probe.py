@@ -28,8 +28,8 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
-from mlxlab.cli import add_model_arguments  # noqa: E402
-from mlxlab.platform import reexec_with_fast_blas  # noqa: E402
+from mlxlab.cli.common import add_model_arguments  # noqa: E402
+from mlxlab.core.environment import reexec_with_fast_blas  # noqa: E402
 
 SIZES = "2048,2047,2040,2056,1024,1023,1016,1000,512,511,510,508,504,496,480,256,255,128"
 
@@ -51,8 +51,8 @@ def main(argv=None) -> int:
     from mlx_lm.models.cache import make_prompt_cache
 
     from mlxlab import load_model
-    from mlxlab.platform import device_summary, mlx_env, platform_name
-    from mlxlab.results import save_results
+    from mlxlab.core.environment import device_summary, mlx_env, platform_name
+    from mlxlab.core.results import save_results
 
     sizes = [int(x) for x in args.sizes.split(",")]
     contexts = [int(x) for x in args.contexts.split(",")]
@@ -120,7 +120,7 @@ def plot(path: str) -> int:
     import altair as alt
     import pandas as pd
 
-    from mlxlab.simstudy import save_chart
+    from mlxlab.studies.sim_validation import save_chart
 
     doc = json.loads(Path(path).read_text())
     df = pd.DataFrame(doc["rows"])

@@ -22,8 +22,9 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
-from mlxlab.results import data_dir, save_results  # noqa: E402
-from mlxlab.simstudy import decode_periods, decode_periods_chart, save_chart  # noqa: E402
+from mlxlab.core.paths import data_dir
+from mlxlab.core.results import save_results  # noqa: E402
+from mlxlab.studies.sim_validation import decode_periods, decode_periods_chart, save_chart  # noqa: E402
 
 RUN, BATCH, MAX_CONTEXT, CELL = "chat+batch/interleave", 2, 6000, "decode b2 c32"
 

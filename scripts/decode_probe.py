@@ -12,7 +12,7 @@ the profile or the validation runs do:
   long prompt beside a chat;
 * ``big_prefill``: one 16k-token prompt prefilled alone;
 * ``batch2``: two streams decoding together (the batched path, then each one alone);
-* ``profile_mixed`` / ``profile_plain``: a small :func:`mlxlab.profile.profile_device` grid with
+* ``profile_mixed`` / ``profile_plain``: a small :func:`mlxlab.sim.profiling.profile_device` grid with
   and without its mixed and packed steps; its own lone-decode cell is reported beside ``lone``;
 * ``gc_off``: ``lone`` with Python's garbage collector off.
 
@@ -40,8 +40,8 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
-from mlxlab.cli import add_model_arguments  # noqa: E402
-from mlxlab.platform import reexec_with_fast_blas  # noqa: E402
+from mlxlab.cli.common import add_model_arguments  # noqa: E402
+from mlxlab.core.environment import reexec_with_fast_blas  # noqa: E402
 
 
 def parse_args(argv=None):
@@ -58,10 +58,10 @@ def main(argv=None) -> int:
     args = parse_args(argv)
     reexec_with_fast_blas()
     from mlxlab import load_model
-    from mlxlab.engine import Engine
-    from mlxlab.platform import mlx_env
-    from mlxlab.profile import profile_device
-    from mlxlab.results import save_results
+    from mlxlab.engine.loop import Engine
+    from mlxlab.core.environment import mlx_env
+    from mlxlab.sim.profiling import profile_device
+    from mlxlab.core.results import save_results
 
     model = load_model(args.model, bits=args.bits, dtype=args.dtype)
     vocab = model.vocab_size

@@ -3,8 +3,8 @@
 Usage: LD_PRELOAD=/usr/lib/x86_64-linux-gnu/libopenblas.so.0 python scripts/fused_step_bench.py"""
 import time, random, statistics
 import mlx.core as mx
-from mlxlab.models import load_model
-from mlxlab.fused import packed_forward
+from mlxlab.engine.models import load_model
+from mlxlab.engine.fused import packed_forward
 from mlx_lm.models.cache import make_prompt_cache
 m = load_model("small", dtype="float32"); mod = m.module; V = m.vocab_size
 rng = random.Random(0)

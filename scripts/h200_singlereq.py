@@ -7,11 +7,11 @@ import argparse
 
 import pandas as pd
 
-from mlxlab.kvquant import probe_model, speed_sweep
-from mlxlab.models import load_model
-from mlxlab.prefix_cache import measure_restore, warm_vs_cold_ttft
-from mlxlab.results import save_results
-from mlxlab.single import fresh_process_run
+from mlxlab.engine.kvquant import probe_model, speed_sweep
+from mlxlab.engine.models import load_model
+from mlxlab.engine.prefix_cache import measure_restore, warm_vs_cold_ttft
+from mlxlab.core.results import save_results
+from mlxlab.studies.prefill import fresh_process_run
 
 p = argparse.ArgumentParser()
 p.add_argument("--presets", nargs="+", default=["qwen2.5-0.5b", "llama-3.2-1b", "qwen2.5-coder-1.5b"])

@@ -40,7 +40,7 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
-from mlxlab.platform import reexec_with_fast_blas  # noqa: E402
+from mlxlab.core.environment import reexec_with_fast_blas  # noqa: E402
 
 WARM_TOKENS = 8  # chat tokens produced before the long prompt arrives
 AFTER_TOKENS = 2  # chat tokens after the long prompt's first token, so the window's last gap closes
@@ -231,7 +231,7 @@ def format_table(results) -> str:
 def main(argv=None) -> int:
     reexec_with_fast_blas()
     args = parse_args(argv)
-    from mlxlab.results import save_results
+    from mlxlab.core.results import save_results
 
     def log(line):
         print(line, flush=True)

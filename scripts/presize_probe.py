@@ -27,8 +27,8 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
-from mlxlab.cli import add_model_arguments  # noqa: E402
-from mlxlab.platform import reexec_with_fast_blas  # noqa: E402
+from mlxlab.cli.common import add_model_arguments  # noqa: E402
+from mlxlab.core.environment import reexec_with_fast_blas  # noqa: E402
 
 
 def main(argv=None) -> int:
@@ -42,10 +42,10 @@ def main(argv=None) -> int:
     reexec_with_fast_blas()
     import mlx.core as mx
 
-    import mlxlab.engine as engine_mod
+    import mlxlab.engine.loop as engine_mod
     from mlxlab import load_model
-    from mlxlab.platform import mlx_env
-    from mlxlab.results import save_results
+    from mlxlab.core.environment import mlx_env
+    from mlxlab.core.results import save_results
 
     model = load_model(args.model, bits=args.bits, dtype=args.dtype)
     rng = random.Random(0)

@@ -45,8 +45,8 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
-from mlxlab.cli import add_model_arguments  # noqa: E402
-from mlxlab.platform import reexec_with_fast_blas  # noqa: E402
+from mlxlab.cli.common import add_model_arguments  # noqa: E402
+from mlxlab.core.environment import reexec_with_fast_blas  # noqa: E402
 
 
 def parse_args(argv=None):
@@ -69,8 +69,8 @@ def main(argv=None) -> int:
     from mlx_lm.models.cache import BatchKVCache, make_prompt_cache
 
     from mlxlab import load_model
-    from mlxlab.platform import device_summary, mlx_env, platform_name
-    from mlxlab.results import save_results
+    from mlxlab.core.environment import device_summary, mlx_env, platform_name
+    from mlxlab.core.results import save_results
 
     model = load_model(args.model, bits=args.bits, dtype=args.dtype)
     module = model.module

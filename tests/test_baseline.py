@@ -1,4 +1,4 @@
-"""mlx-lm's BatchGenerator behind the executor interface (mlxlab.baseline.MlxLmExecutor).
+"""mlx-lm's BatchGenerator behind the executor interface (mlxlab.engine.baseline.MlxLmExecutor).
 
 Oracle: the engine and BatchGenerator run the same model object and both sample greedily, so for
 a fixed seed their tokens agree token for token (the engine's own test checks it against
@@ -11,10 +11,10 @@ import random
 import pytest
 
 from mlxlab import Engine, load_model
-from mlxlab.baseline import MlxLmExecutor
-from mlxlab.engine import DONE
-from mlxlab.runner import run_workload
-from mlxlab.workload import BatchTenant, ChatTenant, Workload
+from mlxlab.engine.baseline import MlxLmExecutor
+from mlxlab.core.request import DONE
+from mlxlab.core.runner import run_workload
+from mlxlab.core.workload import BatchTenant, ChatTenant, Workload
 
 STEP_KEYS = {"start_s", "end_s", "duration_s", "phase", "decode_batch", "prefill_tokens", "tokens"}
 

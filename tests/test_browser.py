@@ -19,8 +19,8 @@ from pathlib import Path
 import nbformat
 import pytest
 
-from mlxlab.platform import fast_blas_env
-from mlxlab.reproduce import NOTEBOOKS
+from mlxlab.core.environment import fast_blas_env
+from mlxlab.notebook.reproduce import NOTEBOOKS
 
 CHROMIUM = "/usr/bin/chromium"
 CHROMIUM_ARGS = ["--headless", "--no-sandbox", "--disable-gpu", "--disable-quic", "--no-first-run",

@@ -252,7 +252,7 @@ def test_stop_token_ends_a_request_early(tiny):
 
 
 def test_a_chat_turn_restores_its_prefix_and_outputs_stay_identical(tiny, tmp_path):
-    from mlxlab.prefix_cache import PrefixCache
+    from mlxlab.engine.prefix_cache import PrefixCache
 
     rng = random.Random(11)
     turn1 = [rng.randrange(1, tiny.vocab_size) for _ in range(60)]
@@ -275,7 +275,7 @@ def test_a_chat_turn_restores_its_prefix_and_outputs_stay_identical(tiny, tmp_pa
 
 
 def test_prefix_cache_entries_from_a_batch_row_are_exact(tiny):
-    from mlxlab.prefix_cache import PrefixCache
+    from mlxlab.engine.prefix_cache import PrefixCache
 
     rng = random.Random(12)
     prompts = [[rng.randrange(1, tiny.vocab_size) for _ in range(n)] for n in (30, 45, 12)]
@@ -384,7 +384,7 @@ def test_a_backend_without_quantized_attention_refuses_kv_bits_up_front(tiny):
     """The probe (not a crash mid-batch) decides; a refused request leaves the others running."""
     from unittest import mock
 
-    from mlxlab import kvquant as K
+    from mlxlab.engine import kvquant as K
 
     eng = Engine(tiny, chunk_size=16)
     ok = eng.submit(list(range(1, 30)), 6)
@@ -415,7 +415,7 @@ def test_kv_budget_counts_a_quantized_request_at_its_quantized_size(tiny):
 # ---------------------------------------------------------------- packed (fused) stall-free steps
 @pytest.mark.parametrize("budget", [8, 40])
 def test_fused_stall_free_steps_match_generate_step(tiny, budget):
-    """stall_free packs a step's decodes and chunks into one forward (mlxlab.fused); the rows of
+    """stall_free packs a step's decodes and chunks into one forward (mlxlab.engine.fused); the rows of
     a packed matmul may round differently, so the near-tie rule applies as for batching."""
     rng = random.Random(11)
     prompts = prompts_for(rng, tiny.vocab_size, (30, 70, 45, 90))
@@ -469,7 +469,7 @@ def test_a_fused_step_is_one_forward_and_unfused_is_two(tiny):
 def test_fuse_true_on_a_model_that_cannot_is_refused(tiny):
     from unittest import mock
 
-    with mock.patch("mlxlab.engine.can_fuse", return_value=(False, "model_type 'x' is not one of")):
+    with mock.patch("mlxlab.engine.loop.can_fuse", return_value=(False, "model_type 'x' is not one of")):
         with pytest.raises(ValueError, match="use fuse=False"):
             Engine(tiny, policy="stall_free", fuse=True)
     with pytest.raises(ValueError, match="fuse must be"):
@@ -481,7 +481,7 @@ def test_engines_on_one_thread_share_a_stream_and_other_threads_get_their_own():
     0.68-0.72x of mlx-lm (2026-11-29)."""
     import threading
 
-    from mlxlab.engine import _thread_stream
+    from mlxlab.engine.loop import _thread_stream
 
     here = _thread_stream()
     assert _thread_stream() is here

@@ -1,4 +1,4 @@
-"""The scheduling study (mlxlab.experiments) on the tiny model: structure, not speed.
+"""The scheduling study (mlxlab.studies.scheduling) on the tiny model: structure, not speed.
 
 No wall-clock thresholds: the numbers depend on the machine. The tests check that every claim is
 there with finite numbers, that the ratios are computed from the runs' real token gaps, and that
@@ -13,9 +13,9 @@ from pathlib import Path
 import pytest
 
 from mlxlab import Engine, load_model
-from mlxlab import experiments as ex
-from mlxlab.runner import run_workload
-from mlxlab.workload import Workload
+from mlxlab.studies import scheduling as ex
+from mlxlab.core.runner import run_workload
+from mlxlab.core.workload import Workload
 
 CLAIM_KEYS = {"name", "goal", "measured", "passed", "status", "evidence"}
 

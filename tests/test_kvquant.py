@@ -7,7 +7,7 @@ import pandas as pd
 import pytest
 
 from mlxlab import load_model
-from mlxlab import kvquant as K
+from mlxlab.engine import kvquant as K
 
 
 @pytest.fixture(scope="module")

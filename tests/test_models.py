@@ -1,4 +1,4 @@
-"""Tests for mlxlab.models: presets, seeded random weights, dtype, quantization, local directories."""
+"""Tests for mlxlab.engine.models: presets, seeded random weights, dtype, quantization, local directories."""
 
 import dataclasses
 import json
@@ -10,7 +10,8 @@ from mlx.utils import tree_flatten
 from mlx_lm.generate import generate_step
 from mlx_lm.utils import _get_classes, get_total_parameters, save_config, save_model
 
-from mlxlab.models import available_presets, load_model, preset_config
+from mlxlab.core.presets import available_presets, preset_config
+from mlxlab.engine.models import load_model
 
 # published parameter counts (model cards: 0.49B, 1.24B, 1.54B); the configs reproduce them exactly
 PUBLISHED = {

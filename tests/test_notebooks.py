@@ -8,8 +8,8 @@ from pathlib import Path
 import nbformat
 import pytest
 
-from mlxlab import nb as nbmod
-from mlxlab.reproduce import NOTEBOOKS, ReproduceError, list_notebooks, reproduce
+from mlxlab.notebook import nb as nbmod
+from mlxlab.notebook.reproduce import NOTEBOOKS, ReproduceError, list_notebooks, reproduce
 
 ALL = list_notebooks()
 

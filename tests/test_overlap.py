@@ -17,7 +17,7 @@ import pytest
 from mlx_lm.generate import generate_step
 
 from mlxlab import Engine
-from mlxlab.scheduler import Interleave
+from mlxlab.policies.base import Interleave
 
 NEAR_TIE = 1e-4
 MAX_TOKENS = 16

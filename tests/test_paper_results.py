@@ -1,7 +1,7 @@
 """paper/results.md is generated from data/results: each committed H200 probe gets its table."""
 from pathlib import Path
 
-from mlxlab.paper import write_results
+from mlxlab.notebook.paper import write_results
 
 H200 = Path(__file__).resolve().parent.parent / "data" / "results" / "h200"
 

@@ -1,6 +1,6 @@
 """Where a result ran and with which backend switches: what gets stored beside each result."""
 
-from mlxlab.platform import MLX_ENV_KNOWN, mlx_env
+from mlxlab.core.environment import MLX_ENV_KNOWN, mlx_env
 
 
 def test_a_misspelt_mlx_switch_is_flagged_with_the_name_mlx_reads():

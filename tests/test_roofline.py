@@ -2,7 +2,7 @@ import math
 
 import pytest
 
-from mlxlab import roofline as rl
+from mlxlab.studies import roofline as rl
 
 TINY = dict(model_type="qwen2", hidden_size=256, num_hidden_layers=4, intermediate_size=512,
             num_attention_heads=4, num_key_value_heads=2, head_dim=64, vocab_size=1024,

@@ -7,11 +7,10 @@ import numpy as np
 import pytest
 
 from mlxlab import Engine, load_model
-from mlxlab.costmodel import FEATURES, StepCostModel, features
-from mlxlab.profile import (cost_model_from_dict, fit_cost_model, load_profile, profile_device, save_profile,
-                            seed001_cost_model, seed001_profile)
+from mlxlab.core.costmodel import FEATURES, StepCostModel, features
+from mlxlab.sim.profiling import cost_model_from_dict, fit_cost_model, load_profile, profile_device, save_profile, seed001_cost_model, seed001_profile
 from mlxlab.sim import Simulator, simulate
-from mlxlab.workload import BatchTenant, ChatTenant, Workload
+from mlxlab.core.workload import BatchTenant, ChatTenant, Workload
 
 HAND = StepCostModel.from_coefficients({"decode_step": 0.010, "decode_batch": 0.001, "prefill_chunks": 0.100,
                                         "prefill_tokens": 0.001}, n_obs=1, source="hand")
@@ -383,14 +382,14 @@ def test_seed001_profile_reproduces_the_floor_and_decode_rate():
 
 def test_validation_on_tiny_within_noise_derived_tolerance(tiny):
     """Quick mode: one small workload, one policy, 3 engine repeats. The rule (see
-    mlxlab.simstudy): tolerance = max(10%, 3 x the engine's run-to-run coefficient of variation);
+    mlxlab.studies.sim_validation): tolerance = max(10%, 3 x the engine's run-to-run coefficient of variation);
     on this shared CPU the noise term usually decides (under a load of ~9 on 2 cores the engine's
     run-to-run spread reached 100%). At least 5 of the 6 metrics must pass: a p99 over ~20 gaps
     is one sample's worth of noise."""
     import json
 
-    from mlxlab.results import _clean
-    from mlxlab.simstudy import rescore_validation, validate_simulator
+    from mlxlab.core.results import _clean
+    from mlxlab.studies.sim_validation import rescore_validation, validate_simulator
 
     wl = Workload([ChatTenant(sessions=1, turns=1, first_prompt_tokens=64, output_tokens=24, think_time_s=0.0),
                    BatchTenant(workers=1, requests=1, prompt_tokens=512, output_tokens=6)],
@@ -472,7 +471,7 @@ def test_decode_periods_picks_the_unchanged_decodes_of_a_batch_size():
     """From a validation's saved steps: decode-only steps of the asked batch that changed nothing,
     their period to the next step, per run; a step followed by a wait for an arrival, a change,
     another batch size or a larger context is left out. The profile cell's records per share."""
-    from mlxlab.simstudy import STEP_COLUMNS, decode_periods
+    from mlxlab.studies.sim_validation import STEP_COLUMNS, decode_periods
 
     def step(t, phase, b, ctx, joined=0, end=None):
         d = dict(start_s=t, end_s=end if end is not None else t + 0.001, phase=phase, decode_batch=b,
@@ -498,7 +497,7 @@ def test_cli_profile_writes_the_seed001_file(tmp_path, monkeypatch, capsys):
     import argparse
     import json
 
-    from mlxlab.profile import add_profile_arguments, cli_profile
+    from mlxlab.sim.profiling import add_profile_arguments, cli_profile
 
     monkeypatch.setenv("MLXLAB_DATA", str(tmp_path))
     p = argparse.ArgumentParser()
@@ -513,7 +512,7 @@ def test_cli_profile_writes_the_seed001_file(tmp_path, monkeypatch, capsys):
 def test_nnls_keeps_correlated_positive_features_and_clips_negative_ones():
     """Two columns that move together, both truly positive, are both kept with their values; a
     truly negative coefficient ends at 0 and the rest is the least-squares fit without it."""
-    from mlxlab.costmodel import _nnls
+    from mlxlab.core.costmodel import _nnls
 
     rng = np.random.default_rng(0)
     a = rng.uniform(1, 2, 40)
@@ -529,7 +528,8 @@ def test_unaligned_attention_and_batch_change_features():
     """A chunk's attention pairs count as unaligned when context + tokens is off the 8-token
     alignment; a record's listed chunks are counted one by one; a lone stream starting is no batch
     change, rows merged into a batch and rows dropped are."""
-    from mlxlab.costmodel import FEATURES, KEY_ALIGN, features, rebatch_counts, record_features
+    from mlxlab.core.costmodel import FEATURES, features, rebatch_counts, record_features
+    from mlxlab.core.plan import KEY_ALIGN
 
     un = FEATURES.index("prefill_attention_unaligned")
     pairs = FEATURES.index("prefill_attention")

@@ -1,4 +1,4 @@
-"""Tests for mlxlab.speculative: greedy speculative decoding is exactly the target's greedy
+"""Tests for mlxlab.engine.speculative: greedy speculative decoding is exactly the target's greedy
 output; the analytic model at known points; the study's bookkeeping."""
 
 import math
@@ -7,13 +7,9 @@ import mlx.core as mx
 import pytest
 from mlx_lm.generate import generate_step
 
-from mlxlab.models import load_model
-from mlxlab.speculative import (
-    analytic_speedup, best_k, breakeven_cost_ratio, estimate_acceptance, expected_tokens_per_pass,
-    format_study, measure_cost_ratio, mlx_lm_speculative, speculation_study, speculative_generate,
-    teacher_forced_agreement,
-)
-from mlxlab.train import DRAFT_PRESET, TARGET_PRESET, build_corpus, heldout_prompts, weights_dir
+from mlxlab.engine.models import load_model
+from mlxlab.engine.speculative import analytic_speedup, best_k, breakeven_cost_ratio, estimate_acceptance, expected_tokens_per_pass, format_study, measure_cost_ratio, mlx_lm_speculative, speculation_study, speculative_generate, teacher_forced_agreement
+from mlxlab.train.tiny import DRAFT_PRESET, TARGET_PRESET, build_corpus, heldout_prompts, weights_dir
 
 
 def greedy(model, prompt, n):

@@ -5,12 +5,9 @@ import math
 
 import pytest
 
-from mlxlab.engine import DONE, Request, StepRecord
-from mlxlab.runner import run_workload
-from mlxlab.workload import (
-    BatchTenant, ChatTenant, TraceWorkload, Workload, load_trace, save_trace, trace_path,
-    workload_preset,
-)
+from mlxlab.core.request import DONE, Request, StepRecord
+from mlxlab.core.runner import run_workload
+from mlxlab.core.workload import BatchTenant, ChatTenant, TraceWorkload, Workload, load_trace, save_trace, trace_path, workload_preset
 
 VOCAB = 1024
 

@@ -22,9 +22,10 @@ import pandas as pd
 import mlx.core as mx
 from mlx_lm.generate import generate_step
 import mlxlab
-from mlxlab import load_model, Engine, nb, plots
-from mlxlab.bench import bench_engine
-from mlxlab.results import data_dir
+from mlxlab import load_model, Engine
+from mlxlab.notebook import nb, plots
+from mlxlab.studies.bench import bench_engine
+from mlxlab.core.paths import data_dir
 
 S = nb.setup(quick, platform, results_dir, figures_dir)
 model = load_model(model_name, bits=bits)
@@ -36,8 +37,8 @@ print(f"{model.name}: {model.num_params/1e6:.1f}M parameters, {model.nbytes/2**2
 # does not depend on their values).
 
 # %%
-from mlxlab.models import available_presets, preset_config
-from mlxlab.roofline import param_counts
+from mlxlab.core.presets import available_presets, preset_config
+from mlxlab.studies.roofline import param_counts
 rows = []
 for name in available_presets():
     cfg = preset_config(name)

@@ -25,8 +25,9 @@ figures_dir = None
 
 # %%
 import pandas as pd
-from mlxlab import load_model, nb, plots
-from mlxlab.single import prefill_sweep, summarize_sweep, seed_protocol
+from mlxlab import load_model
+from mlxlab.notebook import nb, plots
+from mlxlab.studies.prefill import prefill_sweep, summarize_sweep, seed_protocol
 
 S = nb.setup(quick, platform, results_dir, figures_dir)
 if quick:

@@ -29,8 +29,9 @@ figures_dir = None
 from pathlib import Path
 import pandas as pd
 import altair as alt
-from mlxlab import load_model, nb, plots, widgets
-from mlxlab.kvquant import speed_sweep, crossover, quality, probe_model
+from mlxlab import load_model
+from mlxlab.notebook import nb, plots, widgets
+from mlxlab.engine.kvquant import speed_sweep, crossover, quality, probe_model
 
 S = nb.setup(quick, platform, results_dir, figures_dir)
 if quick:
@@ -80,7 +81,7 @@ S.figure(speed_chart, "kv_decode_speed_vs_context")
 qpath = Path(quality_model)
 if qpath.exists():
     qmodel = load_model(str(qpath))
-    from mlxlab.train import build_corpus, heldout_prompts
+    from mlxlab.train.tiny import build_corpus, heldout_prompts
     held = build_corpus(verify=False)["heldout"]   # the split is checked by the tests; here only text is needed
     text = heldout_prompts(1, length=quality_prefix + quality_positions + 1, data=held)[0]
     qual = pd.DataFrame([quality(qmodel, text, b, prefix_tokens=quality_prefix) for b in (8, 4)

@@ -29,9 +29,10 @@ figures_dir = None
 import numpy as np
 import pandas as pd
 import altair as alt
-from mlxlab import load_model, nb, plots, widgets
-from mlxlab.speculative import speculation_study, analytic_speedup, expected_tokens_per_pass, best_k
-from mlxlab.train import build_corpus, heldout_prompts
+from mlxlab import load_model
+from mlxlab.notebook import nb, plots, widgets
+from mlxlab.engine.speculative import speculation_study, analytic_speedup, expected_tokens_per_pass, best_k
+from mlxlab.train.tiny import build_corpus, heldout_prompts
 
 S = nb.setup(quick, platform, results_dir, figures_dir)
 if quick:

@@ -27,8 +27,8 @@ figures_dir = None
 # %%
 import pandas as pd
 import altair as alt
-from mlxlab import nb, plots
-from mlxlab.single import fresh_process_run
+from mlxlab.notebook import nb, plots
+from mlxlab.studies.prefill import fresh_process_run
 
 S = nb.setup(quick, platform, results_dir, figures_dir)
 if quick:

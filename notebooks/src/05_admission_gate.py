@@ -29,8 +29,9 @@ figures_dir = None
 # %%
 import pandas as pd
 import altair as alt
-from mlxlab import load_model, nb, plots, widgets
-from mlxlab.experiments import scheduling_study, chunk_tradeoff, format_table, default_scale
+from mlxlab import load_model
+from mlxlab.notebook import nb, plots, widgets
+from mlxlab.studies.scheduling import scheduling_study, chunk_tradeoff, format_table, default_scale
 
 S = nb.setup(quick, platform, results_dir, figures_dir)
 if quick:
@@ -38,7 +39,7 @@ if quick:
 model = load_model(model_name, bits=bits)
 cost_model = None
 if executor == "sim":
-    from mlxlab.profile import load_profile
+    from mlxlab.sim.profiling import load_profile
     cost_model = load_profile(profile_name or f"{S.platform}-{model_name}")
 
 # %% [markdown]

@@ -29,10 +29,11 @@ figures_dir = None
 # %%
 import pandas as pd
 import altair as alt
-from mlxlab import load_model, nb, plots, Engine
-from mlxlab.prefix_cache import PrefixCache, measure_restore
-from mlxlab.runner import run_workload
-from mlxlab.workload import Workload, ChatTenant
+from mlxlab import load_model, Engine
+from mlxlab.notebook import nb, plots
+from mlxlab.engine.prefix_cache import PrefixCache, measure_restore
+from mlxlab.core.runner import run_workload
+from mlxlab.core.workload import Workload, ChatTenant
 
 S = nb.setup(quick, platform, results_dir, figures_dir)
 if quick:

@@ -22,10 +22,10 @@ sim_model = "tiny"                 # the model of the engine-vs-simulator demo
 import json
 import pandas as pd
 import altair as alt
-from mlxlab import nb, plots, widgets
-from mlxlab.models import available_presets, preset_config
-from mlxlab import roofline as R
-from mlxlab.results import data_dir
+from mlxlab.notebook import nb, plots, widgets
+from mlxlab.core.presets import available_presets, preset_config
+from mlxlab.studies import roofline as R
+from mlxlab.core.paths import data_dir
 
 S = nb.setup(quick, platform, results_dir, figures_dir)
 bw = R.measure_bandwidth(nbytes=(32 * 2**20 if quick else bandwidth_bytes), repeats=(3 if quick else 10))
@@ -127,13 +127,13 @@ nb.verdict_table(rows)
 # ## The case study at its own scale (simulator, published profile)
 #
 # No machine here runs a 35B model on a 60k-token prompt. The simulator does, with the cost model
-# derived from the case study's own figures (`mlxlab.profile.seed001_profile`: every coefficient
+# derived from the case study's own figures (`mlxlab.sim.profiling.seed001_profile`: every coefficient
 # with its provenance). Each claim below says whether its figure was an input of that derivation
 # (*calibration*: a consistency check) or follows from it (*prediction*).
 
 # %%
-from mlxlab import simstudy
-from mlxlab.profile import seed001_cost_model
+from mlxlab.studies import sim_validation as simstudy
+from mlxlab.sim.profiling import seed001_cost_model
 
 study = simstudy.seed_scale_study()
 S.figure(simstudy.seed_scale_chart(study), "seed_scale")  # the figure `mlxlab seed-scale` writes
@@ -149,7 +149,7 @@ claims
 
 # %%
 from mlxlab.sim import simulate
-from mlxlab.workload import BatchTenant, ChatTenant, Workload
+from mlxlab.core.workload import BatchTenant, ChatTenant, Workload
 
 seed_cm = seed001_cost_model()
 plane = pd.DataFrame(study["plane"])
@@ -191,8 +191,8 @@ widgets.explorer(build, controls)
 
 # %%
 from mlxlab import Engine, load_model
-from mlxlab.profile import profile_device
-from mlxlab.runner import run_workload
+from mlxlab.sim.profiling import profile_device
+from mlxlab.core.runner import run_workload
 from mlxlab.sim import Simulator
 
 demo_model = load_model(sim_model, dtype="float32")

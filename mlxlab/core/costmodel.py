@@ -1,0 +1,334 @@
+"""A step-time cost model fitted from step records (pure numpy, no MLX).
+
+One step's time is modelled as a non-negative combination of what it does (seconds per unit of
+each of :data:`FEATURES`)::
+
+    t = decode_step * [decodes] + decode_batched * [batch of 2+] + decode_batch * b
+        + decode_context_tokens * kv + decode_padding_tokens * pad + join_tokens * J + drop_tokens * D
+        + join_rows * rows + batch_changes * [batch changed]
+        + prefill_chunks * chunks + prefill_tokens * n + prefill_attention * pairs
+        + prefill_attention_unaligned * unaligned pairs + packed_changes * [packed step changed rows]
+
+Each term, and what it stands for in the engine (:mod:`mlxlab.engine`):
+
+* ``decode_step``: 1 if the step ran a decode forward: reading every weight once, launching the
+  kernels, building the graph in Python.
+* ``decode_batched``: 1 if that decode ran two or more sequences. They share one masked
+  ``BatchKVCache`` (a mask array, per-row offsets), while a lone stream decodes on a plain
+  ``KVCache`` with no mask: the two paths have different fixed costs.
+* ``decode_batch``: per sequence advanced (its activations, sampling, logits).
+* ``decode_context_tokens``: KV positions of the decoding rows, the sum of their contexts (a lone
+  stream's context).
+* ``decode_padding_tokens``: the left padding a batch of two or more reads beside them: its
+  ``BatchKVCache`` is as wide as its longest row, so ``b x longest`` less the sum. A step record
+  (:meth:`mlxlab.engine.StepRecord.as_dict`) holds the sum; a profile record carries the padded
+  count as ``decode_kv_tokens``. Whether the masked attention pays for the padding as for real
+  positions is for the profile to say (:func:`mlxlab.sim.profiling.profile_device` times a short row
+  decoding beside a long one); a fit without such steps charges it as real context.
+* ``join_tokens``: KV positions copied when finished prefills join the decode batch
+  (``BatchKVCache.merge``/``extend`` pad and copy every row to the longest): ``rows x longest``
+  of the batch after the join; 0 when a lone stream starts on its own cache.
+* ``drop_tokens``: KV positions copied when rows leave the batch (``filter`` gathers the kept
+  rows at the old width, ``extract`` copies the one row left back to a plain cache).
+* ``join_rows``: rows merged into a ``BatchKVCache`` at a join; ``batch_changes``: 1 if the
+  step joined rows into a batch of two or more or dropped rows. These are the host-side costs
+  of a change, which do not grow with the bytes: ``merge`` builds a zeros array and a slice
+  update per row for every layer's keys and values (about 280 lazy ops for 4 rows of a 28-layer
+  model, ~18 ms of Python on the H200 host, ``scripts/rebatch_probe.py``), ``filter`` reads
+  the left padding back per layer, and the first forward after a change meets new shapes.
+* ``packed_changes``: 1 if the decode rows changed (a row's first decode, a join, a drop) in a
+  packed step (:mod:`mlxlab.engine.fused`: one forward for the decode and the chunks). On the H200 such
+  a step took 43-106 ms where the same step without the change took 25-45, while a change in a
+  decode-only step costs what ``join_rows`` and ``batch_changes`` say (``start``/``join``/``drop``
+  cells of :func:`mlxlab.sim.profiling.profile_device`, ``data/results/h200/sim_validation.json``).
+* ``prefill_chunks``: per chunk forward (its fixed cost); ``prefill_tokens``: tokens pushed
+  through the linear layers; ``prefill_attention``: query-key pairs of the chunks' attention
+  (``n * context + n**2 / 2`` per chunk); ``prefill_attention_unaligned``: the pairs of chunks
+  whose key length (``context + n``) is not a multiple of :data:`KEY_ALIGN`, each weighted by
+  :func:`unaligned_weight` (1 for an odd key length, 1/2 or 1/4 for a multiple of 2 or 4). A
+  chunk the engine padded (``Engine(key_align=8)``) counts its pad tokens. On mlx's CUDA
+  backend (cuDNN attention off) such a chunk's attention runs a slower path: at 8k context a
+  511-token chunk took 51 ms against 31 ms for 512 or 504, and 2047 took 140 ms against 92 for
+  2048 (``scripts/chunk_probe.py``, ``data/results/h200/chunk_probe.json``). On the CPU the
+  fit leaves it at about 0.
+
+Two timing parameters sit beside the linear terms (both measured by :mod:`mlxlab.sim.profiling`):
+
+* ``overhead_s``: host time between two steps that no step record covers (the run loop,
+  ``policy.schedule``, building the scheduler state). The simulator adds it before every step.
+* ``tail_s``: how long a decode's forward is still running after the engine's Python returned
+  from queueing it. The engine pipelines decode-only steps: step k's tokens are read (and
+  stamped) by step k+1, after step k+1 queued its own forward, so a stream's token after a run of
+  decode-only steps comes ``tail_s`` after the one before it, and the first token after a prefill
+  chunk waits for one more decode. ``None`` (an old profile, a derived one): tokens are stamped
+  when their own step ends (the simulator's behaviour before the tail was measured).
+
+The same model serves the ``slo`` policy (to choose a chunk size) and the simulator (to charge a
+plan), so both read step records the same way. Profiles saved with the six features of earlier
+versions (``decode_step, decode_batch, decode_context_tokens, prefill_chunks, prefill_tokens,
+prefill_attention``) load with no batched, join or drop cost; profiles saved before the padding
+term charge padding as real context, as they did.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass, field
+from typing import Dict, Iterable, List, Optional, Sequence, Tuple
+
+import numpy as np
+
+from mlxlab.core.plan import KEY_ALIGN
+
+FEATURES = ("decode_step", "decode_batched", "decode_batch", "decode_context_tokens", "join_tokens", "drop_tokens",
+            "join_rows", "batch_changes", "prefill_chunks", "prefill_tokens", "prefill_attention",
+            "prefill_attention_unaligned", "decode_padding_tokens", "packed_changes")
+LEGACY_FEATURES = ("decode_step", "decode_batch", "decode_context_tokens", "prefill_chunks", "prefill_tokens",
+                   "prefill_attention")
+DECODE_FEATURES = [0, 1, 2, 3, 12]  # what a decode forward costs
+REBATCH_FEATURES = [4, 5, 6, 7]  # changes of the decode batch
+PREFILL_FEATURES = [8, 9, 10, 11]  # prefill chunks
+PACKED_FEATURES = [13]  # a change of the decode rows inside a packed forward
+
+
+def unaligned_weight(key_length: int) -> float:
+    """How much of the unaligned attention penalty a chunk with this key length pays: 0 when it
+    is a multiple of :data:`KEY_ALIGN`, else ``1 / gcd(key_length, KEY_ALIGN)``. Measured on the
+    H200 at 8k context (``data/results/h200/chunk_probe.json``), a chunk's extra time over its
+    aligned neighbour was +20 ms for 511 (odd key length), +8 ms for 510 (gcd 2) and +4.8 ms for
+    508 (gcd 4): 1, 0.40 and 0.24 of the odd case, against 1, 0.5 and 0.25 here."""
+    g = math.gcd(int(key_length), KEY_ALIGN)
+    return 0.0 if g == KEY_ALIGN else 1.0 / g
+
+
+def _chunk(c) -> Tuple[int, int, int]:
+    """A chunk as (tokens, context, pad): pairs (tokens, context) have no pad."""
+    return (int(c[0]), int(c[1]), int(c[2]) if len(c) > 2 else 0)
+
+
+def features(decode_batch: int = 0, decode_context_tokens: int = 0,
+             chunks: Sequence[Tuple[int, ...]] = (), join_tokens: int = 0, drop_tokens: int = 0,
+             join_rows: int = 0, batch_change: bool = False, packed: bool = False,
+             decode_padding_tokens: int = 0, joined: int = 0) -> np.ndarray:
+    """The feature vector of a step. ``decode_context_tokens``: the KV positions of the decoding
+    rows (the sum of their contexts); ``decode_padding_tokens``: the left padding a batch reads
+    beside them (``b x longest row`` less that sum); ``chunks`` lists (tokens, context before
+    the chunk), or (tokens, context, pad) for a chunk the engine ran with ``pad`` extra tokens
+    (:func:`mlxlab.engine.pad_tokens`: those go through the model too); ``join_rows``: rows
+    merged into a batch cache; ``batch_change``: the step joined rows into a batch or dropped
+    rows; ``packed``: the decode and the chunks run as one forward (:mod:`mlxlab.engine.fused`), so the
+    decode's fixed cost (``decode_step``, ``decode_batched``: a whole forward's weights and host
+    work) is the chunk's, and only its per-row and context terms are added; ``joined``: rows
+    that began decoding at this step (a lone row's first decode counts too), which with
+    ``packed``, like any batch change, costs ``packed_changes``."""
+    b = int(decode_batch)
+    own = not (packed and chunks)  # a packed decode rides on its chunks' forward
+    ran = [(n + p, c) for n, c, p in map(_chunk, chunks)]
+    pairs = [n * c + n * n / 2.0 for n, c in ran]
+    return np.array([
+        1.0 if (b and own) else 0.0,
+        1.0 if (b >= 2 and own) else 0.0,
+        float(b),
+        float(decode_context_tokens) if b else 0.0,
+        float(join_tokens) if b else 0.0,
+        float(drop_tokens) if b else 0.0,
+        float(join_rows) if b else 0.0,
+        1.0 if (b and (batch_change or join_rows)) else 0.0,
+        float(len(ran)),
+        float(sum(n for n, _ in ran)),
+        float(sum(pairs)),
+        float(sum(p * unaligned_weight(n + c) for p, (n, c) in zip(pairs, ran))),
+        float(decode_padding_tokens) if b >= 2 else 0.0,
+        1.0 if (b and packed and chunks and (joined or join_rows or batch_change)) else 0.0,
+    ])
+
+
+def rebatch_counts(rec: dict) -> Tuple[int, bool]:
+    """``(join_rows, batch_change)`` of a step record: rows that joined a decode batch of two or
+    more (a lone stream starting on its own cache copies nothing), and whether the batch changed.
+    Records without ``joined``/``dropped`` (earlier versions) fall back on ``join_tokens`` /
+    ``drop_tokens``: a change, of unknown rows."""
+    b = int(rec.get("decode_batch", 0) or 0)
+    joined = int(rec.get("joined", 0) or 0) if b >= 2 else 0
+    dropped = int(rec.get("dropped", 0) or 0)
+    change = bool(joined or dropped or rec.get("join_tokens") or rec.get("drop_tokens"))
+    return joined, change
+
+
+def record_features(rec: dict) -> np.ndarray:
+    """Features of a step record dict (``StepRecord.as_dict()``, or a profile record with the
+    extra fields ``decode_kv_tokens``, ``join_tokens``, ``drop_tokens``). Each chunk counts as it
+    ran when the record lists them (``prefill_chunks``: [tokens, context] pairs); a record without
+    that list treats several chunks as one of their summed tokens after their summed context
+    (exact for the usual one-chunk step)."""
+    n = rec.get("prefill_tokens", 0)
+    seqs = rec.get("prefill_seqs") or []
+    chunks = [(n, rec.get("prefill_context_tokens", 0))] if n else []
+    ctx = rec.get("decode_context_tokens", 0) or 0
+    kv = rec.get("decode_kv_tokens")
+    pad = max(0, kv - ctx) if kv is not None else 0
+    rows, change = rebatch_counts(rec)
+    f = features(rec.get("decode_batch", 0), ctx, chunks, rec.get("join_tokens", 0), rec.get("drop_tokens", 0),
+                 rows, change, packed=bool(rec.get("fused")), decode_padding_tokens=pad,
+                 joined=int(rec.get("joined", 0) or 0))
+    listed = rec.get("prefill_chunks")
+    if n and listed and sum(int(c[0]) for c in listed) == n:  # each chunk as it ran: exact for several
+        g = features(0, 0, listed)
+        for name in ("prefill_chunks", "prefill_tokens", "prefill_attention", "prefill_attention_unaligned"):
+            f[FEATURES.index(name)] = g[FEATURES.index(name)]
+        return f
+    f[FEATURES.index("prefill_chunks")] = float(len(seqs)) if n else 0.0
+    return f
+
+
+def _nnls(X: np.ndarray, y: np.ndarray, ridge: float) -> np.ndarray:
+    """Least squares with non-negative coefficients (Lawson and Hanson's active-set method), with
+    a small ridge penalty. Exact where the problem is: a feature whose unconstrained coefficient
+    comes out negative only leaves the solution if the others cannot absorb it, so two features
+    that move together (the attention pairs of aligned and unaligned chunks) are both kept."""
+    k = X.shape[1]
+    if ridge > 0:
+        X = np.vstack([X, np.sqrt(ridge) * np.eye(k)])
+        y = np.concatenate([y, np.zeros(k)])
+    passive = np.zeros(k, dtype=bool)
+    coef = np.zeros(k)
+    tol = 1e-12 * max(1.0, float(np.abs(X).max()) * float(np.abs(y).max()) * len(y))
+    for _ in range(3 * k):
+        grad = X.T @ (y - X @ coef)
+        if passive.all() or (grad[~passive] <= tol).all():
+            break
+        passive[int(np.argmax(np.where(passive, -np.inf, grad)))] = True
+        while True:
+            trial = np.zeros(k)
+            trial[passive] = np.linalg.lstsq(X[:, passive], y, rcond=None)[0]
+            if (trial[passive] > 0).all():
+                break
+            neg = passive & (trial <= 0)
+            alpha = float(np.min(coef[neg] / (coef[neg] - trial[neg])))
+            coef = coef + alpha * (trial - coef)
+            passive &= coef > tol
+            if not passive.any():
+                trial = np.zeros(k)
+                break
+        coef = trial
+    return np.maximum(coef, 0.0)
+
+
+@dataclass
+class StepCostModel:
+    """Step time in seconds as a non-negative linear model of :data:`FEATURES`, plus the
+    per-step host ``overhead_s`` and the decode ``tail_s`` (see the module docstring)."""
+
+    coef: np.ndarray = field(default_factory=lambda: np.zeros(len(FEATURES)))
+    n_obs: int = 0
+    source: str = "unfitted"
+    overhead_s: float = 0.0
+    tail_s: Optional[float] = None
+
+    def __post_init__(self):
+        self.coef = np.asarray(self.coef, dtype=float)
+        if self.coef.shape != (len(FEATURES),):
+            raise ValueError(f"need {len(FEATURES)} coefficients ({', '.join(FEATURES)}), got {self.coef.shape}; "
+                             f"use StepCostModel.from_coefficients for a subset by name")
+        if (self.coef < 0).any() or self.overhead_s < 0 or (self.tail_s is not None and self.tail_s < 0):
+            raise ValueError("cost model coefficients, overhead_s and tail_s must be >= 0")
+
+    @property
+    def fitted(self) -> bool:
+        return self.n_obs > 0
+
+    @classmethod
+    def from_coefficients(cls, coefficients: Dict[str, float], **kwargs) -> "StepCostModel":
+        """A model from ``{feature name: seconds per unit}``; features not named cost nothing."""
+        unknown = set(coefficients) - set(FEATURES)
+        if unknown:
+            raise ValueError(f"unknown cost model features {sorted(unknown)}; known: {list(FEATURES)}")
+        return cls(coef=np.array([float(coefficients.get(f, 0.0)) for f in FEATURES]), **kwargs)
+
+    @classmethod
+    def fit(cls, records: Iterable[dict], ridge: float = 1e-9, source: str = "step records") -> "StepCostModel":
+        """Fit to step records (dicts with ``duration_s``). Columns are scaled before the
+        solve so tokens and token-pairs get comparable weight."""
+        recs = [r for r in records if r.get("duration_s", 0) > 0]
+        if not recs:
+            return cls(source=source)
+        X = np.stack([record_features(r) for r in recs])
+        y = np.array([r["duration_s"] for r in recs])
+        scale = X.max(axis=0)
+        scale[scale == 0] = 1.0
+        coef = _nnls(X / scale, y, ridge) / scale
+        return cls(coef=coef, n_obs=len(recs), source=source)
+
+    def predict(self, decode_batch: int = 0, decode_context_tokens: int = 0,
+                chunks: Sequence[Tuple[int, int]] = (), join_tokens: int = 0, drop_tokens: int = 0,
+                join_rows: int = 0, batch_change: bool = False, packed: bool = False,
+                decode_padding_tokens: int = 0, joined: int = 0) -> float:
+        """Predicted step time in seconds (the linear terms; not ``overhead_s``)."""
+        return float(features(decode_batch, decode_context_tokens, chunks, join_tokens, drop_tokens, join_rows,
+                              batch_change, packed, decode_padding_tokens, joined) @ self.coef)
+
+    def predict_record(self, rec: dict) -> float:
+        return float(record_features(rec) @ self.coef)
+
+    def largest_chunk(self, budget_s: float, decode_batch: int, decode_context_tokens: int,
+                      context: int, lo: int, hi: int) -> int:
+        """The largest chunk in [lo, hi] whose step (with this decode) is predicted to fit in
+        ``budget_s``; ``lo`` if none does."""
+        if self.predict(decode_batch, decode_context_tokens, [(hi, context)]) <= budget_s:
+            return hi
+        while lo < hi:
+            mid = (lo + hi + 1) // 2
+            if self.predict(decode_batch, decode_context_tokens, [(mid, context)]) <= budget_s:
+                lo = mid
+            else:
+                hi = mid - 1
+        return lo
+
+    def efficient_chunk(self, decode_batch: int, decode_context_tokens: int, context: int, lo: int, hi: int,
+                        efficiency: float = 0.5) -> int:
+        """The smallest chunk in [lo, hi] whose predicted prefill cost per token (the step beyond
+        its decode alone, over the chunk's tokens) is at most ``1 / efficiency`` times the
+        cheapest per-token cost in the range: where a chunk's fixed cost stops dominating.
+        Candidates are ``lo``, ``hi`` and a geometric grid (ratio 2**0.25) between them."""
+        if not 0 < efficiency <= 1:
+            raise ValueError(f"efficiency must be in (0, 1], got {efficiency}")
+        base = self.predict(decode_batch, decode_context_tokens, [])
+        steps = int(np.floor(4 * np.log2(hi / lo))) if hi > lo else 0
+        cands = sorted({lo, hi} | {min(hi, int(round(lo * 2 ** (k / 4)))) for k in range(steps + 1)})
+        cost = [(self.predict(decode_batch, decode_context_tokens, [(n, context)]) - base) / n for n in cands]
+        bar = min(cost) / efficiency
+        return next(n for n, c in zip(cands, cost) if c <= bar + 1e-15)
+
+    def coefficients(self) -> Dict[str, float]:
+        """The coefficients by feature name (seconds per unit of each feature)."""
+        return {f: float(c) for f, c in zip(FEATURES, self.coef)}
+
+    def as_dict(self) -> Dict:
+        return {"features": list(FEATURES), "coef": [float(c) for c in self.coef], "overhead_s": float(self.overhead_s),
+                "tail_s": None if self.tail_s is None else float(self.tail_s), "n_obs": self.n_obs,
+                "source": self.source}
+
+    @classmethod
+    def from_dict(cls, d: Dict) -> "StepCostModel":
+        """The inverse of :meth:`as_dict`; also reads the six-feature format of earlier profiles
+        (see the module docstring)."""
+        names = list(d.get("features", FEATURES))
+        coef = [float(c) for c in d["coef"]]
+        if len(names) != len(coef):
+            raise ValueError(f"cost model has {len(coef)} coefficients for {len(names)} features")
+        if set(names) <= set(FEATURES):  # the current format, or the six of earlier versions
+            by = dict(zip(names, coef))
+            if "decode_padding_tokens" not in by:  # saved when padding counted as context
+                by["decode_padding_tokens"] = by.get("decode_context_tokens", 0.0)
+        else:
+            raise ValueError(f"cost model features {names} are neither {list(FEATURES)} nor the earlier "
+                             f"{list(LEGACY_FEATURES)}")
+        tail = d.get("tail_s")
+        return cls.from_coefficients(by, n_obs=int(d.get("n_obs", 1)), source=d.get("source", "file"),
+                                     overhead_s=float(d.get("overhead_s") or 0.0),
+                                     tail_s=None if tail is None else float(tail))
+
+    def relative_error(self, records: Iterable[dict]) -> List[float]:
+        """|predicted - measured| / measured for each record with a positive duration."""
+        return [abs(self.predict_record(r) - r["duration_s"]) / r["duration_s"]
+                for r in records if r.get("duration_s", 0) > 0]

@@ -1,0 +1,77 @@
+"""What every notebook does the same way: where outputs go, the model it runs, the verdict table.
+
+Quick runs (CI, ``mlxlab reproduce --quick``) write results to ``data/results/<platform>/quick/``
+and figures to ``build/figures/`` so they never overwrite the full runs that the paper uses
+(``data/results/<platform>/`` and ``paper/figures/``). Notebook parameters override both.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from pathlib import Path
+from typing import List, Optional
+
+import pandas as pd
+
+from mlxlab.core.environment import device_summary, platform_name
+from mlxlab.core.paths import ROOT, data_dir
+
+VERDICTS = ("reproduced", "not reproduced", "artifact", "not measurable on this backend")
+
+
+@dataclass
+class Setup:
+    platform: str
+    quick: bool
+    results_dir: Path
+    figures_dir: Path
+    environment: dict
+
+    def save(self, name: str, payload: dict) -> Path:
+        """Write results JSON (with the environment) into this run's results folder."""
+        return _save_to(self.results_dir, name, {"quick": self.quick, **payload}, self.platform)
+
+    def figure(self, chart, name: str) -> List[Path]:
+        from mlxlab.notebook.plots import save_figure
+
+        return save_figure(chart, name, self.figures_dir)
+
+
+def _save_to(folder: Path, name: str, payload: dict, platform: str) -> Path:
+    import datetime as dt
+    import json
+
+    from mlxlab.core.results import _clean
+
+    folder.mkdir(parents=True, exist_ok=True)
+    p = folder / f"{name}.json"
+    env = {**device_summary(), "platform": platform,
+           "written_at": dt.datetime.now(dt.timezone.utc).isoformat(timespec="seconds")}
+    p.write_text(json.dumps(_clean({"environment": env, **payload}), indent=2) + "\n")
+    return p
+
+
+def setup(quick: bool = True, platform: Optional[str] = None, results_dir: Optional[str] = None,
+          figures_dir: Optional[str] = None) -> Setup:
+    """Resolve a notebook's output folders and describe the machine; prints one line."""
+    plat = platform or platform_name()
+    res = Path(results_dir) if results_dir else data_dir() / "results" / plat / ("quick" if quick else "")
+    fig = Path(figures_dir) if figures_dir else ROOT / ("build/figures" if quick else "paper/figures")
+    res.mkdir(parents=True, exist_ok=True)
+    fig.mkdir(parents=True, exist_ok=True)
+    env = device_summary()
+    from mlxlab.notebook.widgets import offline
+
+    offline()  # charts render without internet in JupyterLab
+    print(f"platform={plat} quick={quick} device={env['device']} ({env['device_name']}) blas={env['blas']} "
+          f"mlx={env['mlx']} mlx-lm={env['mlx_lm']}\nresults -> {res}\nfigures -> {fig}")
+    return Setup(plat, quick, res.resolve(), fig.resolve(), env)
+
+
+def verdict_table(rows: List[dict]) -> pd.DataFrame:
+    """The closing table of a notebook: claim, published, measured here, verdict, evidence.
+    Raises ValueError on a verdict outside :data:`VERDICTS`."""
+    for r in rows:
+        if r.get("verdict") not in VERDICTS:
+            raise ValueError(f"verdict {r.get('verdict')!r} is not one of {VERDICTS}")
+    return pd.DataFrame(rows, columns=["claim", "published", "measured", "verdict", "evidence"])

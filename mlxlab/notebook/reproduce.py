@@ -1,0 +1,78 @@
+"""Run the numbered notebooks headless through papermill: ``mlxlab reproduce [--quick] [--only N]``.
+
+Executed copies go to ``build/notebooks/`` (git-ignored). A failure names the notebook and the
+cell (papermill's own error carries the cell index) and stops the run.
+"""
+
+from __future__ import annotations
+
+import time
+from pathlib import Path
+from typing import Dict, List, Optional, Sequence
+
+from mlxlab.core.paths import ROOT
+
+NOTEBOOKS = ROOT / "notebooks"
+BUILD = ROOT / "build" / "notebooks"
+
+
+class ReproduceError(RuntimeError):
+    pass
+
+
+def list_notebooks(only: Optional[Sequence[str]] = None, notebooks_dir: Optional[Path] = None) -> List[Path]:
+    """The numbered notebooks in reading order; ``only`` keeps those whose number or name
+    matches (``"5"``, ``"05"`` or ``"admission"``)."""
+    nbs = sorted(p for p in Path(notebooks_dir or NOTEBOOKS).glob("[0-9][0-9]_*.ipynb"))
+    if only:
+        keep = []
+        for p in nbs:
+            num = p.name[:2]
+            if any((o.isdigit() and int(o) == int(num)) or (not o.isdigit() and o in p.name) for o in only):
+                keep.append(p)
+        if not keep:
+            raise ReproduceError(f"no notebook matches {list(only)}; have {[p.name for p in nbs]}")
+        nbs = keep
+    return nbs
+
+
+def _failed_cell(exc) -> str:
+    idx = getattr(exc, "cell_index", None)
+    ename, evalue = getattr(exc, "ename", type(exc).__name__), getattr(exc, "evalue", str(exc))
+    return f"cell {idx}" if idx is not None else "a cell", f"{ename}: {str(evalue)[:500]}"
+
+
+def reproduce(*, quick: bool = True, only: Optional[Sequence[str]] = None, platform: Optional[str] = None,
+              parameters: Optional[Dict] = None, out_dir: Optional[Path] = None, kernel_name: Optional[str] = None,
+              progress: bool = True, notebooks_dir: Optional[Path] = None) -> List[Dict]:
+    """Execute the notebooks; returns one dict per notebook (name, seconds, output path).
+    Raises :class:`ReproduceError` naming the notebook and cell on the first failure."""
+    import papermill as pm
+
+    out_dir = Path(out_dir) if out_dir else BUILD
+    out_dir.mkdir(parents=True, exist_ok=True)
+    nbs = list_notebooks(only, notebooks_dir)
+    params = {"quick": quick, **({"platform": platform} if platform else {}), **(parameters or {})}
+    bar = None
+    if progress:
+        from tqdm.auto import tqdm
+        bar = tqdm(nbs, desc="notebooks", unit="nb")
+    done = []
+    for nb in nbs:
+        if bar is not None:
+            bar.set_postfix_str(nb.name)
+        out = out_dir / nb.name
+        t0 = time.perf_counter()
+        try:
+            pm.execute_notebook(str(nb), str(out), parameters=params, cwd=str(nb.parent),
+                                kernel_name=kernel_name, progress_bar=False, log_output=False)
+        except Exception as exc:  # papermill raises PapermillExecutionError with the cell index
+            where, what = _failed_cell(exc)
+            raise ReproduceError(f"{nb.name} failed in {where}: {what}\n(executed copy: {out})") from exc
+        finally:
+            if bar is not None:
+                bar.update(1)
+        done.append({"notebook": nb.name, "seconds": round(time.perf_counter() - t0, 1), "output": str(out)})
+    if bar is not None:
+        bar.close()
+    return done
