@@ -1,5 +1,5 @@
-# The two commands of the README. Both set up a virtual environment from the project's own
-# files first, so they work on a fresh machine.
+# The commands of the README. Each sets up a virtual environment from the project's own files
+# first, so they work on a fresh machine.
 PY ?= python3
 VENV ?= .venv
 BIN := $(VENV)/bin
@@ -7,7 +7,9 @@ BIN := $(VENV)/bin
 OPENBLAS := $(firstword $(wildcard /usr/lib/*-linux-gnu/libopenblas.so.0))
 RUN := $(if $(OPENBLAS),LD_PRELOAD=$(OPENBLAS) ,)
 
-.PHONY: setup test reproduce bench
+NOTEBOOKS := $(patsubst notebooks/src/%.py,notebooks/%.ipynb,$(wildcard notebooks/src/[0-9][0-9]_*.py))
+
+.PHONY: setup test reproduce bench notebooks
 
 $(BIN)/mlxlab: pyproject.toml
 	$(PY) -m venv $(VENV)
@@ -25,3 +27,10 @@ reproduce: setup
 
 bench: setup
 	$(RUN)$(BIN)/mlxlab bench engine --models small --repeats 7
+
+# Each notebooks/NN_x.ipynb from its plain-text source notebooks/src/NN_x.py (jupytext's percent
+# format), without outputs; the cell ids of an existing notebook are kept.
+notebooks: $(NOTEBOOKS)
+
+notebooks/%.ipynb: notebooks/src/%.py | setup
+	$(BIN)/jupytext --quiet --update --set-kernel python3 --to ipynb --output $@ $<

@@ -5,7 +5,7 @@
 # by its time limit still brings back what ran (a scheduling study also leaves its finished runs
 # in data/results/h200/scheduling_runs.jsonl, copied to $OUT/h200/).
 #
-# PART (what each answers; seconds measured on 2026-11-29 where known):
+# PART (what each answers; rough seconds on the H200, for the time limits):
 #   engine     issue 2: bench engine, 3 presets, 9 paired repeats of 128 decode tokens (~200 s)
 #   sim        issue 5: validate-sim (it measures its own profile), coder-1.5b 4-bit, 5 repeats (~300 s;
 #              3 repeats took 165 s)
@@ -14,13 +14,13 @@
 #   sched_cudnn  the same study with mlx's default cuDNN attention, for the comparison (475 s)
 #   slo        issue 3: the slo runs alone (references, tradeoff sweep, slo packed and not)
 #   engine05   issue 2: bench engine for qwen2.5-0.5b alone, 9 paired repeats
-#   rebatch    issue 5: scripts/rebatch_probe.py under mlx's CUDA-graph settings: default, a larger
+#   rebatch    issue 5: probes/rebatch_probe.py under mlx's CUDA-graph settings: default, a larger
 #              graph cache, graphs off (one process each: mlx reads them once)
-#   chunks     issue 5: scripts/chunk_probe.py, a chunk's cost by its exact size (2047 vs 2048, 511 vs 512)
-#   decodes    issue 5: scripts/decode_probe.py, a lone stream's ITL again and again between other work
-#   presize    issue 5: scripts/presize_probe.py, a 16k prefill with the KV cache sized up front or grown
-#   align      issue 5: scripts/align_ab.py, the validation workloads with aligned chunks (key_align=8) or not (1)
-#   singlereq  issue 4: warm-up per preset, KV probe and speed, prefix restores (done 2026-11-29)
+#   chunks     issue 5: probes/chunk_probe.py, a chunk's cost by its exact size (2047 vs 2048, 511 vs 512)
+#   decodes    issue 5: probes/decode_probe.py, a lone stream's ITL again and again between other work
+#   presize    issue 5: probes/presize_probe.py, a 16k prefill with the KV cache sized up front or grown
+#   align      issue 5: probes/align_ab.py, the validation workloads with aligned chunks (key_align=8) or not (1)
+#   singlereq  issue 4: probes/h200_singlereq.py, warm-up per preset, KV probe and speed, prefix restores
 set -uo pipefail
 cd "$(dirname "$0")/.."
 part=${1:?give a PART: engine | engine05 | sim | sched | sched_cudnn | slo | singlereq | rebatch | chunks | decodes | presize | align}
@@ -32,7 +32,7 @@ run() {
   echo "== $*" | tee -a "$LOG"
   timeout "${T:-300}" "$@" 2>&1 | tr '\r' '\n' | grep --line-buffered -v 'it/s\]$' | tee -a "$LOG" | tail -40
 }
-# probe scripts run on the mlx bundle (scripts/h200.sh unpacks it the same way for mlxlab commands)
+# probes run on the mlx bundle (scripts/h200.sh unpacks it the same way for mlxlab commands)
 [ -d .mlxcuda/site/mlx ] || { mkdir -p .mlxcuda/site && tar xJf .mlxcuda/mlx-cuda-sm90.tar.xz -C .mlxcuda/site; }
 PY="env PYTHONPATH=.mlxcuda/site:. MLXLAB_PLATFORM=h200 PYTHONUNBUFFERED=1 python3"
 M="--model qwen2.5-coder-1.5b --bits 4"
@@ -62,26 +62,26 @@ case "$part" in
       --decode-tokens 128 --repeats 9 --name bench_engine_qwen2.5-0.5b ;;
   rebatch)
     export MLX_CUDA_USE_CUDNN_SDPA=0 MLX_PTX_CACHE_DIR=.mlxcuda/ptx_cache  # later processes reuse the JIT cache
-    P="$PY scripts/rebatch_probe.py $M"
+    P="$PY -m probes.rebatch_probe $M"
     T=200 run $P --label default
     T=120 run env MLX_CUDA_GRAPH_CACHE_SIZE=4000 $P --label graph_cache_4000
     T=120 run env MLX_USE_CUDA_GRAPHS=0 $P --label graphs_off ;;
   chunks)
     # one chunk forward by its exact size (round, and a token or two off), at 0 and 8k context
     export MLX_CUDA_USE_CUDNN_SDPA=0
-    T=${T_CHUNKS:-240} run $PY scripts/chunk_probe.py $M --repeats 3 ;;
+    T=${T_CHUNKS:-240} run $PY -m probes.chunk_probe $M --repeats 3 ;;
   decodes)
     # does a lone decode's cost depend on what ran before it (packed steps, big prefills, the profile)?
     export MLX_CUDA_USE_CUDNN_SDPA=0
-    T=${T_DECODES:-240} run $PY scripts/decode_probe.py $M ;;
+    T=${T_DECODES:-240} run $PY -m probes.decode_probe $M ;;
   presize)
     export MLX_CUDA_USE_CUDNN_SDPA=0
-    T=${T_PRESIZE:-200} run $PY scripts/presize_probe.py $M --chunks 512,2048 --repeats 3 ;;
+    T=${T_PRESIZE:-200} run $PY -m probes.presize_probe $M --chunks 512,2048 --repeats 3 ;;
   align)
     export MLX_CUDA_USE_CUDNN_SDPA=0
-    T=${T_ALIGN:-300} run $PY scripts/align_ab.py $M --repeats 3 ;;
+    T=${T_ALIGN:-300} run $PY -m probes.align_ab $M --repeats 3 ;;
   singlereq)
-    T=240 run $PY scripts/h200_singlereq.py ;;
+    T=240 run $PY -m probes.h200_singlereq ;;
   *) echo "unknown PART $part" >&2; exit 2 ;;
 esac
 if [ -n "${OUT:-}" ]; then

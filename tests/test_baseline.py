@@ -10,18 +10,14 @@ import random
 
 import pytest
 
-from mlxlab import Engine, load_model
-from mlxlab.engine.baseline import MlxLmExecutor
+from mlxlab import Engine
+from mlxlab.core.executor import Executor
 from mlxlab.core.request import DONE
 from mlxlab.core.runner import run_workload
 from mlxlab.core.workload import BatchTenant, ChatTenant, Workload
+from mlxlab.engine.baseline import MlxLmExecutor
 
 STEP_KEYS = {"start_s", "end_s", "duration_s", "phase", "decode_batch", "prefill_tokens", "tokens"}
-
-
-@pytest.fixture(scope="module")
-def tiny():
-    return load_model("tiny", dtype="float32")
 
 
 def staggered(ex, prompts, steps_between=3, **submit):
@@ -107,6 +103,7 @@ def test_run_workload(tiny):
                    BatchTenant(workers=2, requests=3, prompt_tokens=(200, 400), output_tokens=3, start_s=0.01)],
                   vocab_size=tiny.vocab_size, seed=3)
     ex = MlxLmExecutor(tiny, prefill_step_size=128)
+    assert isinstance(ex, Executor)
     res = run_workload(ex, wl)
     assert res.complete and len(res.submitted) == 5 and all(r.done for r in res.submitted)
     assert res.config["executor"] == "MlxLmExecutor" and res.config["chunk_size"] == 128

@@ -1,4 +1,5 @@
-"""KV quantization helpers: the backend probe, clear refusals, crossover arithmetic, quality."""
+"""KV quantization: the backend probe and clear refusals (engine.kvquant); speed, crossover
+arithmetic and quality (studies.kv_quant)."""
 
 import random
 from unittest import mock
@@ -8,6 +9,7 @@ import pytest
 
 from mlxlab import load_model
 from mlxlab.engine import kvquant as K
+from mlxlab.studies import kv_quant as KS
 
 
 @pytest.fixture(scope="module")
@@ -41,23 +43,23 @@ def test_crossover_interpolates_between_measured_contexts():
     for c, none, q4 in ((256, 100, 70), (1024, 80, 72), (2048, 60, 66)):
         rows += [{"context_tokens": c, "kv_bits": "none", "decode_tok_s": none, "error": ""},
                  {"context_tokens": c, "kv_bits": "4", "decode_tok_s": q4, "error": ""}]
-    x = K.crossover(pd.DataFrame(rows), "4")
+    x = KS.crossover(pd.DataFrame(rows), "4")
     assert 1024 < x < 2048
-    assert K.crossover(pd.DataFrame(rows), "8") is None
+    assert KS.crossover(pd.DataFrame(rows), "8") is None
 
 
 def test_eight_bit_kv_is_closer_to_full_precision_than_four_bit(tiny):
     rng = random.Random(0)
     toks = [rng.randrange(1, tiny.vocab_size) for _ in range(100)]
-    q8 = K.quality(tiny, toks, 8, prefix_tokens=64)
-    q4 = K.quality(tiny, toks, 4, prefix_tokens=64)
+    q8 = KS.quality(tiny, toks, 8, prefix_tokens=64)
+    q4 = KS.quality(tiny, toks, 4, prefix_tokens=64)
     assert 0 <= q8["kl_mean"] < q4["kl_mean"]
     assert q8["greedy_agreement"] >= q4["greedy_agreement"]
 
 
 def test_decode_speed_reports_smaller_caches_for_fewer_bits(tiny):
-    full = K.decode_speed(tiny, 300, None, decode_tokens=4)
-    four = K.decode_speed(tiny, 300, 4, decode_tokens=4)
+    full = KS.decode_speed(tiny, 300, None, decode_tokens=4)
+    four = KS.decode_speed(tiny, 300, 4, decode_tokens=4)
     assert four["kv_bytes"] < full["kv_bytes"] / 3
     assert full["decode_tok_s"] > 0 and four["decode_tok_s"] > 0
 
@@ -65,15 +67,15 @@ def test_decode_speed_reports_smaller_caches_for_fewer_bits(tiny):
 def test_a_shape_the_probe_missed_becomes_a_row_not_a_lost_sweep(tiny):
     """On the H200 the old probe passed and a real decode then failed at 513 keys: the sweep must
     keep every other measurement and say what failed."""
-    real = K.decode_speed
+    real = KS.decode_speed
 
     def flaky(model, c, b, **kw):
         if b == 4:
             raise RuntimeError("[quantized_matmul] No implementation for problem shape: 1x513x128x12")
         return real(model, c, b, **kw)
 
-    with mock.patch.object(K, "decode_speed", side_effect=flaky):
-        df = K.speed_sweep(tiny, [64], (None, 4), decode_tokens=2, repeats=1, progress=False)
+    with mock.patch.object(KS, "decode_speed", side_effect=flaky):
+        df = KS.speed_sweep(tiny, [64], (None, 4), decode_tokens=2, repeats=1, progress=False)
     ok, bad = df[df.kv_bits == "none"], df[df.kv_bits == "4"]
     assert len(ok) == 1 and ok.decode_tok_s.iloc[0] > 0 and ok.error.iloc[0] == ""
     assert len(bad) == 1 and "No implementation" in bad.error.iloc[0] and bad.decode_tok_s.isna().all()

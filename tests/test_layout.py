@@ -83,7 +83,9 @@ def test_no_module_over_500_lines():
 # Importing these (and running a simulation through them) must not need mlx or mlx_lm.
 MLX_FREE = ["mlxlab", "mlxlab.policies", "mlxlab.core.plan", "mlxlab.core.request", "mlxlab.core.costmodel",
             "mlxlab.core.workload", "mlxlab.core.runner", "mlxlab.core.metrics", "mlxlab.core.presets",
-            "mlxlab.sim"]
+            "mlxlab.core.executor", "mlxlab.core.bookkeeping",
+            "mlxlab.sim", "mlxlab.sim.profiles", "mlxlab.sim.fit", "mlxlab.sim.published",
+            "mlxlab.studies.sim_scoring", "mlxlab.studies.seed_scale"]
 
 _BLOCK_MLX = """
 import sys

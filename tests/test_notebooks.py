@@ -1,10 +1,11 @@
 """Every notebook runs headless in quick mode through papermill (what CI and `mlxlab reproduce
---quick` do), writing into a temporary folder; notebooks are committed without outputs and with
-a `parameters` cell; a failing notebook is reported with its name and cell."""
+--quick` do), writing into a temporary folder; notebooks are committed without outputs, with a
+`parameters` cell and the cells of their jupytext source (`make notebooks`); a failing notebook
+is reported with its name and cell."""
 
 import json
-from pathlib import Path
 
+import jupytext
 import nbformat
 import pytest
 
@@ -27,6 +28,16 @@ def test_notebook_is_committed_clean_with_a_parameters_cell(path):
     assert any("parameters" in c.metadata.get("tags", []) for c in code)
     src = NOTEBOOKS / "src" / (path.stem + ".py")
     assert src.exists(), f"{src} is the plain-text source of {path.name}"
+
+
+@pytest.mark.parametrize("path", ALL, ids=lambda p: p.stem)
+def test_notebook_has_the_cells_of_its_source(path):
+    def cells(book):
+        return [(c.cell_type, c.source, c.metadata.get("tags", [])) for c in book.cells]
+
+    source = jupytext.read(NOTEBOOKS / "src" / (path.stem + ".py"), fmt="py:percent")
+    assert cells(nbformat.read(str(path), as_version=4)) == cells(source), \
+        f"{path.name} differs from its source: run `make notebooks`"
 
 
 @pytest.mark.parametrize("path", ALL, ids=lambda p: p.stem)

@@ -270,3 +270,60 @@ def test_slo_chunk_multiple_rounds_down_to_the_grid_but_not_below_min_chunk():
 def test_bad_policy_options_are_refused(bad):
     with pytest.raises(ValueError):
         make_policy(bad[0], **bad[1])
+
+
+def test_decode_window_gate_is_registered_by_name_and_checks_its_window():
+    from mlxlab.policies import POLICIES
+    from mlxlab.policies.decode_window import DecodeWindowGate
+
+    gate = make_policy("admission_gate_window", window_s=0.5, big_prompt_tokens=1000)
+    assert POLICIES["admission_gate_window"] is DecodeWindowGate and isinstance(gate, DecodeWindowGate)
+    assert isinstance(gate, AdmissionGate) and (gate.window_s, gate.big_prompt_tokens) == (0.5, 1000)
+    for bad in ({"window_s": -1}, {"window_s": float("nan")}, {"big_prompt_tokens": 0}):
+        with pytest.raises(ValueError):
+            make_policy("admission_gate_window", **bad)
+
+
+def test_decode_window_gate_holds_big_chunks_for_the_window_while_someone_decodes():
+    """A step that ran a big prompt's chunk opens a window of ``window_s``: while it is open and a
+    sequence decodes, big chunks wait and short prompts still run; after it, or with nobody
+    decoding, the big prompt's chunks run."""
+    gate = make_policy("admission_gate_window", window_s=0.5, big_prompt_tokens=1000)
+    dec = [SeqView(9, "chat", 0, 30, 30, 3, 50)]
+    st = SchedulerState(0.0, 512, [SeqView(1, "batch", 0, 4000, 0), SeqView(2, "chat", 0, 50, 0)], dec)
+    plan = gate.schedule(st)
+    check_plan(plan, st)
+    assert plan.decode and plan.prefill == [(1, 512), (2, 50)]
+    gate.observe({"prefill_seqs": [1, 2], "end_s": 0.2})  # open until 0.7
+    big = SeqView(1, "batch", 0, 4000, 512)
+    held = gate.schedule(SchedulerState(0.3, 512, [big, SeqView(3, "chat", 0, 40, 0)], dec))
+    assert held.decode and held.prefill == [(3, 40)]
+    gate.observe({"prefill_seqs": [3], "end_s": 0.35})  # a short prompt's step opens nothing
+    assert gate.schedule(SchedulerState(0.69, 512, [big], dec)).prefill == []
+    assert gate.schedule(SchedulerState(0.3, 512, [big], [])).prefill == [(1, 512)]  # nobody decoding
+    assert gate.schedule(SchedulerState(0.7, 512, [big], dec)).prefill == [(1, 512)]  # the window closed
+
+
+@pytest.mark.parametrize("seed", range(3))
+def test_decode_window_gate_keeps_the_gate_and_the_window_over_whole_runs(seed):
+    gate = make_policy("admission_gate_window", window_s=0.05, big_prompt_tokens=2048)
+    last_big, held = [float("-inf")], []
+
+    def check(st, plan, q):
+        planned = {i for i, _ in plan.prefill}
+        big = {s.seq_id for s in st.prefill_queue if gate.is_big(s)}
+        if big and st.decoding and not planned & big:
+            held.append(st.now_s)
+        in_flight = {s.seq_id for s in st.prefill_queue if s.seq_id in big and (s.prefilled_tokens > 0 or s.seq_id in planned)}
+        assert len(in_flight) <= 1, in_flight
+        if st.decoding:
+            assert plan.decode
+            if planned & big:  # a big chunk beside decoders only once the window has closed
+                assert st.now_s >= last_big[0] + gate.window_s
+        end = st.now_s + 0.01  # the fake clock: each step takes 10 ms
+        if planned & big:
+            last_big[0] = end
+        gate.observe({"prefill_seqs": sorted(planned), "end_s": end})
+
+    drive(gate, mixed_arrivals(seed), on_step=check)
+    assert held  # the window did hold a big prompt back while a chat decoded

@@ -9,7 +9,8 @@ from mlx_lm.generate import generate_step
 from mlx_lm.models.cache import QuantizedKVCache, RotatingKVCache, make_prompt_cache
 
 from mlxlab import load_model
-from mlxlab.engine.prefix_cache import PrefixCache, measure_restore
+from mlxlab.engine.prefix_cache import PrefixCache
+from mlxlab.studies.prefix_cache import measure_restore, warm_vs_cold_ttft
 
 GEN = 16
 
@@ -214,8 +215,6 @@ def test_measure_restore(module):
 
 
 def test_warm_turn_restores_the_prefix_and_gives_the_cold_turns_token(tiny):
-    from mlxlab.engine.prefix_cache import warm_vs_cold_ttft
-
     rows = warm_vs_cold_ttft(tiny, (96,), turn_tokens=8, repeats=1, chunk_size=32)
     r = rows[0]
     assert r["restored_tokens"] == 96  # the whole earlier turn came back from the cache

@@ -1,5 +1,6 @@
-"""The simulator: exact times on a hand-made cost model, the engine's decisions step for step,
-validation against the engine on ``tiny``, and the seed-001 published profile."""
+"""The simulator: exact times on a hand-made cost model, the engine's decisions step for step.
+Profiles and fitting: tests/test_profiles.py, tests/test_fit.py; validation against the engine
+and the seed-001 study: tests/test_sim_validation.py."""
 
 import random
 
@@ -8,7 +9,7 @@ import pytest
 
 from mlxlab import Engine, load_model
 from mlxlab.core.costmodel import FEATURES, StepCostModel, features
-from mlxlab.sim.profiling import cost_model_from_dict, fit_cost_model, load_profile, profile_device, save_profile, seed001_cost_model, seed001_profile
+from mlxlab.sim.fit import fit_cost_model
 from mlxlab.sim import Simulator, simulate
 from mlxlab.core.workload import BatchTenant, ChatTenant, Workload
 
@@ -23,11 +24,12 @@ def tiny():
 
 def test_hand_computed_packed_steps_under_stall_free():
     """stall_free packs a step's decode and chunk into one forward (as the engine does): the step
-    costs the whole prediction, its chunk starts with it and its token comes at its end.
+    costs the whole packed prediction, its chunk starts with it and its token comes at its end.
     A (11 tokens: 10 prefilled), budget 21. step 0 prefill: A 10 (0.1 + 0.010) -> 0.110.
-    B (61 tokens: 60 prefilled) arrives. step 1 packed: decode A + B 20 -> 0.010 + 0.001 + 0.1 +
-    0.020 = 0.131 -> A's first token at 0.241 (back to back it would come at 0.121)."""
-    sim = Simulator(HAND, policy="stall_free", token_budget=21, chunk_size=64, key_align=1, packed_charge=False)
+    B (61 tokens: 60 prefilled) arrives. step 1 packed: decode A + B 20 -> 0.001 + 0.1 + 0.020
+    = 0.121 (the decode's fixed 0.010 rides on the chunk's forward) -> A's first token at 0.231
+    (back to back it would come at 0.121)."""
+    sim = Simulator(HAND, policy="stall_free", token_budget=21, chunk_size=64, key_align=1)
     assert sim.fuse
     a = sim.submit(list(range(1, 12)), 4, tenant="chat")
     sim.step()
@@ -35,7 +37,7 @@ def test_hand_computed_packed_steps_under_stall_free():
     rec = sim.step()
     assert rec.phase == "mixed" and rec.prefill == [(b.id, 20, 0)]
     assert b.prefill_start_s == pytest.approx(0.110)
-    assert a.token_times_s == [pytest.approx(0.241)] and rec.end_s == pytest.approx(0.241)
+    assert a.token_times_s == [pytest.approx(0.231)] and rec.end_s == pytest.approx(0.231)
     sim.run()
     unfused = Simulator(HAND, policy="stall_free", token_budget=21, chunk_size=64, fuse=False, key_align=1)
     ua = unfused.submit(list(range(1, 12)), 4, tenant="chat")
@@ -43,13 +45,6 @@ def test_hand_computed_packed_steps_under_stall_free():
     unfused.submit(list(range(1, 62)), 1, tenant="batch", arrival_s=unfused.now())
     unfused.step()
     assert ua.token_times_s == [pytest.approx(0.121)]
-    # charged as one forward (the default): the decode's fixed 0.010 rides on the chunk's forward
-    packed = Simulator(HAND, policy="stall_free", token_budget=21, chunk_size=64, key_align=1)
-    pa = packed.submit(list(range(1, 12)), 4, tenant="chat")
-    packed.step()
-    packed.submit(list(range(1, 62)), 1, tenant="batch", arrival_s=packed.now())
-    packed.step()
-    assert pa.token_times_s == [pytest.approx(0.231)]
     f = features(1, 11, [(20, 0)], packed=True)
     assert f[FEATURES.index("decode_step")] == 0 and f[FEATURES.index("decode_batch")] == 1
     assert features(1, 11, [], packed=True)[FEATURES.index("decode_step")] == 1  # no chunk: a decode of its own
@@ -166,11 +161,6 @@ def test_pipelined_token_times_with_tail_and_overhead():
     assert b.token_times_s == pytest.approx([0.377, 0.381]) and sim.now() == pytest.approx(0.381)
     assert [s.phase for s in sim.steps] == ["decode"] * 3 + ["mixed"] * 2 + ["decode"] * 2
     assert [s.start_s for s in sim.steps[3:]] == pytest.approx([0.031, 0.196, 0.358, 0.367])
-    # without the host timing: tokens when their own step ends, no overhead (the earlier behaviour)
-    plain = Simulator(cm, policy="interleave", chunk_size=50, host_timing=False)
-    r = plain.submit([5], 3)
-    plain.run()
-    assert r.token_times_s == pytest.approx([0.011, 0.022, 0.033])
 
 
 def test_batch_changes_are_charged():
@@ -178,13 +168,12 @@ def test_batch_changes_are_charged():
     finishes and A is extracted back to a plain cache: 11 positions (10 + its first input)."""
     cm = StepCostModel.from_coefficients({"decode_step": 0.01, "join_tokens": 1e-5, "drop_tokens": 1e-4,
                                           "prefill_tokens": 1e-3}, n_obs=1)
-    for charge, want in ((True, [0.0104, 0.0111, 0.01]), (False, [0.01, 0.01, 0.01])):
-        sim = Simulator(cm, policy="interleave", chunk_size=64, rebatch_costs=charge)
-        sim.submit([1] * 11, 3)
-        sim.submit([1] * 21, 1)
-        sim.run()
-        assert [s.phase for s in sim.steps] == ["prefill", "decode", "decode", "decode"]
-        assert [s.duration_s for s in sim.steps[1:]] == pytest.approx(want)
+    sim = Simulator(cm, policy="interleave", chunk_size=64)
+    sim.submit([1] * 11, 3)
+    sim.submit([1] * 21, 1)
+    sim.run()
+    assert [s.phase for s in sim.steps] == ["prefill", "decode", "decode", "decode"]
+    assert [s.duration_s for s in sim.steps[1:]] == pytest.approx([0.0104, 0.0111, 0.01])
 
 
 def test_submit_validation_matches_the_engine(tiny):
@@ -271,158 +260,6 @@ def test_noise_is_seeded_and_mean_preserving():
     assert noisy[-1] == pytest.approx(plain[-1], rel=0.1)  # ~200 steps: the mean factor is ~1
 
 
-def test_profile_fit_and_files(tmp_path, tiny):
-    prof = profile_device(tiny, prefill_tokens=(16, 64), contexts=(0, 128), decode_batches=(1, 2),
-                          decode_contexts=(16, 128), repeats=1, fill_chunk=64)
-    kinds = {r["kind"] for r in prof["records"]}
-    assert kinds == {"fill", "prefill", "decode", "mixed", "packed", "rebatch", "tail", "overhead", "start",
-                     "join_chunk"}
-    assert all(r["duration_s"] > 0 for r in prof["records"])
-    # a packed cell ran as one forward, its back-to-back twin as two; both carry the same sizes
-    assert {r["fused"] for r in prof["records"] if r["kind"] == "packed"} == {True}
-    assert {r["fused"] for r in prof["records"] if r["kind"] == "mixed"} == {False}
-    twins = [r for r in prof["records"] if "after join" not in r.get("cell", "")]  # the join group packs alone
-    assert sorted(r["prefill_tokens"] for r in twins if r["kind"] == "packed") == \
-        sorted(r["prefill_tokens"] for r in twins if r["kind"] == "mixed")
-    rebatch = [r for r in prof["records"] if r["kind"] == "rebatch"]
-    assert {bool(r.get("join_tokens")) for r in rebatch} == {True, False}  # the join of 2 rows, the drop to 1
-    # the join group: a 16-token row decodes beside a 128-token one that joined it, reading the
-    # long row's width (2 x 129 and up) with its left padding; the join and the drop each timed
-    # in a decode-only step and in a packed one
-    beside = [r for r in prof["records"] if r.get("cell") == "decode b2 decode c16+128"]
-    assert beside and all(r["decode_kv_tokens"] >= 2 * 129 > r["decode_context_tokens"] for r in beside)
-    cells = {r.get("cell") for r in prof["records"]}
-    for case, kind in (("decode", "rebatch"), ("packed", "join_chunk")):
-        joins = [r for r in prof["records"] if r.get("cell") == f"join {case} c16+128"]
-        drops = [r for r in prof["records"] if r.get("cell") == f"drop {case} c16+128"]
-        assert [(r["kind"], r["joined"], r["decode_batch"], r["join_tokens"]) for r in joins] == [(kind, 1, 2, 256)]
-        assert [(r["kind"], r["dropped"], r["decode_batch"]) for r in drops] == [(kind, 1, 1)]
-        assert f"start {case} c16+128" in cells
-    assert prof["grid"]["join_contexts"] == [128]
-    cm = prof["cost_model"]
-    assert cm.fitted and (cm.coef >= 0).all()
-    # the two timing parameters: a forward's tail after Python returns, the host time between steps
-    assert 0 < cm.tail_s < 0.5 and 0 < cm.overhead_s < 0.05
-    assert prof["coefficients"]["tail_s"] == cm.tail_s
-    # a profile costs each step within a factor of two of what was measured, typically
-    assert prof["fit"]["all"]["median"] < 0.5
-    path = save_profile(prof, path=tmp_path / "cpu-tiny.json")
-    back = load_profile(path)
-    assert np.allclose(back.coef, cm.coef) and (back.tail_s, back.overhead_s) == (cm.tail_s, cm.overhead_s)
-    assert Simulator(str(path)).cost_model.coef.tolist() == cm.coef.tolist()
-
-
-def test_fit_recovers_synthetic_coefficients():
-    """Records made from known coefficients (decode-only steps lone and batched, steps that change
-    the batch, prefill-only and mixed steps, and the two timing kinds) give those coefficients
-    back, staged or joint, and the medians of the timing records."""
-    true = {"decode_step": 2e-3, "decode_batched": 1e-3, "decode_batch": 5e-4, "decode_context_tokens": 1e-7,
-            "join_tokens": 2e-6, "drop_tokens": 1e-6, "prefill_chunks": 3e-3,
-            "prefill_tokens": 1e-4, "prefill_attention": 2e-8}
-    truth = StepCostModel.from_coefficients(true, n_obs=1)
-    recs = []
-    for b in (1, 2, 4, 8):
-        for c in (100, 1000, 4000):
-            recs.append({"kind": "decode", "decode_batch": b, "decode_context_tokens": b * c, "prefill_tokens": 0,
-                         "duration_s": truth.predict(b, b * c)})
-    for b, c in ((2, 500), (4, 500), (4, 3000), (2, 3000)):
-        recs.append({"kind": "rebatch", "decode_batch": b, "decode_context_tokens": b * c, "join_tokens": b * c,
-                     "duration_s": truth.predict(b, b * c, join_tokens=b * c)})
-        recs.append({"kind": "rebatch", "decode_batch": b // 2, "decode_context_tokens": b // 2 * c,
-                     "drop_tokens": b // 2 * c, "duration_s": truth.predict(b // 2, b // 2 * c, drop_tokens=b // 2 * c)})
-    for n in (32, 256, 1024):
-        for ctx in (0, 1000, 3000):
-            for b in (0, 2):
-                recs.append({"kind": "mixed" if b else "prefill", "decode_batch": b, "decode_context_tokens": b * 500,
-                             "prefill_tokens": n, "prefill_context_tokens": ctx, "prefill_seqs": [9],
-                             "duration_s": truth.predict(b, b * 500, [(n, ctx)])})
-    timing = [{"kind": "tail", "duration_s": x} for x in (0.002, 0.0025, 0.009)]
-    timing += [{"kind": "overhead", "duration_s": x} for x in (1e-4, 2e-4, 5e-4)]
-    for staged in (True, False):
-        got = fit_cost_model(recs + timing, staged=staged)
-        assert max(got.relative_error(recs)) < 1e-6
-        for name, value in true.items():
-            assert got.coefficients()[name] == pytest.approx(value, rel=1e-3), (staged, name)
-        assert got.tail_s == pytest.approx(0.0025) and got.overhead_s == pytest.approx(2e-4)
-        assert (got.coef >= 0).all()
-    # round trip, and a profile in the six-feature format of earlier versions still loads
-    back = StepCostModel.from_dict(got.as_dict())
-    assert np.allclose(back.coef, got.coef) and back.tail_s == got.tail_s and back.overhead_s == got.overhead_s
-    old = StepCostModel.from_dict({"features": ["decode_step", "decode_batch", "decode_context_tokens", "prefill_chunks",
-                                                "prefill_tokens", "prefill_attention"],
-                                   "coef": [1e-2, 1e-3, 1e-7, 0.1, 1e-4, 1e-9]})
-    assert old.predict(1, 1000) == pytest.approx(1e-2 + 1e-3 + 1e-4)
-    assert old.predict(2, 2000) == pytest.approx(1e-2 + 2e-3 + 2e-4)  # no batched intercept
-    assert old.tail_s is None and old.overhead_s == 0
-    with pytest.raises(ValueError, match="features"):
-        StepCostModel.from_dict({"features": ["decode_step", "nope"], "coef": [1.0, 2.0]})
-
-
-def test_seed001_profile_reproduces_the_floor_and_decode_rate():
-    prof = seed001_profile()
-    for name, fig in prof["figures"].items():
-        assert fig["provenance"] and fig["kind"] in ("published", "assumed"), name
-    cm = prof["cost_model"]
-    assert np.allclose(cost_model_from_dict({"cost_model": cm.as_dict()}).coef, cm.coef)
-    assert np.allclose(seed001_cost_model().coef, cm.coef)  # the saved file matches the derivation
-    # the 60k prompt alone in one chunk: ~44 s (within 5%)
-    floor = Simulator(cm, chunk_size=60_000, max_context=262_144)
-    big = floor.submit([1] * 60_000, 1)
-    floor.run()
-    assert big.ttft_s == pytest.approx(44.0, rel=0.05)
-    # one chat stream at ~23k context: ~65 tok/s (within 10%)
-    chat = Simulator(cm, chunk_size=2048, max_context=262_144)
-    r = chat.submit([1] * 23_000, 64)
-    chat.run()
-    assert 1.0 / float(np.median(r.itl_s)) == pytest.approx(65.0, rel=0.10)
-    # 2,048-token chunks at document scale take 1-2 s
-    for ctx in (10_000, 25_000):
-        assert 1.0 <= cm.predict(0, 0, [(2048, ctx)]) <= 2.0
-
-
-def test_validation_on_tiny_within_noise_derived_tolerance(tiny):
-    """Quick mode: one small workload, one policy, 3 engine repeats. The rule (see
-    mlxlab.studies.sim_validation): tolerance = max(10%, 3 x the engine's run-to-run coefficient of variation);
-    on this shared CPU the noise term usually decides (under a load of ~9 on 2 cores the engine's
-    run-to-run spread reached 100%). At least 5 of the 6 metrics must pass: a p99 over ~20 gaps
-    is one sample's worth of noise."""
-    import json
-
-    from mlxlab.core.results import _clean
-    from mlxlab.studies.sim_validation import rescore_validation, validate_simulator
-
-    wl = Workload([ChatTenant(sessions=1, turns=1, first_prompt_tokens=64, output_tokens=24, think_time_s=0.0),
-                   BatchTenant(workers=1, requests=1, prompt_tokens=512, output_tokens=6)],
-                  vocab_size=tiny.vocab_size, seed=0, max_context=tiny.max_context)
-    grid = dict(prefill_tokens=(16, 64, 128), contexts=(0, 384), decode_batches=(1, 2), decode_contexts=(32, 512),
-                repeats=1, fill_chunk=128)
-    # The CPU's speed drifts between the profile and the engine runs; a validation that fails
-    # is run again (at most 3 times) before the accuracy assertion below is judged.
-    for _attempt in range(3):
-        res = validate_simulator(tiny, {"chat+long": wl}, policies=("interleave",), repeats=3, chunk_size=128,
-                                 profile_grid=grid, save=False)
-        rows = res["table"]
-        if sum(r["passed"] for r in rows) >= 5:
-            break
-    assert len(rows) == 6 and {r["metric"] for r in rows} == {"ttft_p50_s", "itl_p50_s", "itl_p99_s"}
-    # a lone chat before each profile share and each engine run, and the simulator's on each share
-    assert [(x["before"], x["repeat"]) for x in res["sentinels"]["runs"]] == \
-        [(b, r) for r in range(3) for b in ("profile", "chat+long/interleave")]
-    assert all(x["itl_p50_s"] > 0 for x in res["sentinels"]["runs"]) and len(res["sentinels"]["sim"]) == 3
-    # scored again from the saved file alone (no model): this version refits the same shares and
-    # simulates the same workloads, so every simulator value comes back exactly
-    again = rescore_validation(json.loads(json.dumps(_clean(res))))
-    assert [(r["metric"], r["tenant"]) for r in again["table"]] == [(r["metric"], r["tenant"]) for r in rows]
-    assert [r["sim"] for r in again["table"]] == pytest.approx([r["sim"] for r in rows], rel=1e-9)
-    assert [r["sim_saved"] for r in again["table"]] == [r["sim"] for r in rows]
-    for r in rows:
-        assert r["tolerance"] >= 0.10 and r["tolerance"] == pytest.approx(max(0.10, 3 * r["noise"]))
-    assert all(r["sim"] > 0 and r["engine"] > 0 for r in rows)
-    # binding since the cost model learned the host overhead, the decode tail and the batch
-    # merges (passed 6 of 6 runs here, three of them beside a CPU-heavy notebook run)
-    assert sum(r["passed"] for r in rows) >= 5, rows
-
-
 def test_a_batch_decode_reads_the_padded_kv():
     """Two rows at contexts 2 and 5 read 2 x 5 KV positions (the engine's left-padded
     BatchKVCache): 7 of context and 3 of padding, each at its own price; a cost model without the
@@ -434,94 +271,13 @@ def test_a_batch_decode_reads_the_padded_kv():
     priced = StepCostModel.from_coefficients({"decode_context_tokens": 1e-3, "decode_padding_tokens": 1e-3}, n_obs=1)
     free_pad = StepCostModel.from_coefficients({"decode_context_tokens": 1e-3}, n_obs=1)
     cheap_pad = StepCostModel.from_coefficients({"decode_context_tokens": 1e-3, "decode_padding_tokens": 1e-4}, n_obs=1)
-    for cm, padded, second in ((priced, True, 0.011), (KvOnly(), True, 0.011), (priced, False, 0.008),
-                               (free_pad, True, 0.008), (cheap_pad, True, 0.0083)):
-        sim = Simulator(cm, chunk_size=64, padded_kv=padded)
+    for cm, second in ((priced, 0.011), (KvOnly(), 0.011), (free_pad, 0.008), (cheap_pad, 0.0083)):
+        sim = Simulator(cm, chunk_size=64)
         a = sim.submit([1], 2)
         b = sim.submit([1, 2, 3, 4, 5], 1)
         sim.run()
         assert a.token_times_s == pytest.approx([0.001, second]) and b.token_times_s == pytest.approx([second])
         assert [s.decode_context_tokens for s in sim.steps] == [1, 7]
-
-
-def test_padding_gets_its_own_price_only_from_steps_that_had_padding():
-    """Decode records with left padding (a short row beside a long one) give the padding its own
-    coefficient; without such records the fit prices padding as context. A profile saved before
-    the padding term loads with padding priced as context, as it was charged then."""
-    true = {"decode_step": 2e-3, "decode_batched": 1e-3, "decode_batch": 5e-4, "decode_context_tokens": 1e-7,
-            "decode_padding_tokens": 2e-8}
-    truth = StepCostModel.from_coefficients(true, n_obs=1)
-    even = [{"kind": "decode", "decode_batch": b, "decode_context_tokens": b * c, "prefill_tokens": 0,
-             "duration_s": truth.predict(b, b * c)} for b in (1, 2, 4) for c in (100, 2000, 8000)]
-    uneven = [{"kind": "decode", "decode_batch": 2, "decode_context_tokens": 100 + c, "decode_kv_tokens": 2 * c,
-               "prefill_tokens": 0, "duration_s": truth.predict(2, 100 + c, decode_padding_tokens=c - 100)}
-              for c in (2000, 8000, 16000)]
-    got = fit_cost_model(even + uneven).coefficients()
-    for k, v in true.items():
-        assert got[k] == pytest.approx(v, rel=1e-4), k
-    tied = fit_cost_model(even).coefficients()
-    assert tied["decode_padding_tokens"] == tied["decode_context_tokens"] == pytest.approx(1e-7, rel=1e-4)
-    old = truth.as_dict()
-    i = old["features"].index("decode_padding_tokens")
-    del old["features"][i], old["coef"][i]
-    assert StepCostModel.from_dict(old).coefficients()["decode_padding_tokens"] == pytest.approx(1e-7)
-
-
-def test_decode_periods_picks_the_unchanged_decodes_of_a_batch_size():
-    """From a validation's saved steps: decode-only steps of the asked batch that changed nothing,
-    their period to the next step, per run; a step followed by a wait for an arrival, a change,
-    another batch size or a larger context is left out. The profile cell's records per share."""
-    from mlxlab.studies.sim_validation import STEP_COLUMNS, decode_periods
-
-    def step(t, phase, b, ctx, joined=0, end=None):
-        d = dict(start_s=t, end_s=end if end is not None else t + 0.001, phase=phase, decode_batch=b,
-                 decode_context_tokens=ctx, prefill_tokens=0, prefill_context_tokens=0, chunks=0, joined=joined,
-                 dropped=0, fused=False)
-        return [d[c] for c in STEP_COLUMNS]
-
-    run = [step(0.000, "decode", 2, 100, joined=1, end=0.009), step(0.010, "decode", 2, 102, end=0.017),
-           step(0.018, "decode", 2, 104, end=0.029), step(0.030, "decode", 2, 9000, end=0.039),
-           step(0.040, "decode", 2, 106, end=0.041), step(0.100, "decode", 4, 200, end=0.119),
-           step(0.120, "mixed", 2, 108)]
-    res = {"steps": {"columns": list(STEP_COLUMNS), "runs": {"w/p": {"engine": [run], "sim": [run[:3]]}}},
-           "profile": {"records": [{"cell": "decode b2 c32", "duration_s": 0.007, "share": 0},
-                                   {"cell": "decode b1 c32", "duration_s": 0.005, "share": 0},
-                                   {"cell": "decode b2 c32", "duration_s": 0.012, "share": 1}]}}
-    got = decode_periods(res, "w/p", 2, max_context=6000, profile_cell="decode b2 c32")
-    assert got["engine"] == [pytest.approx([0.008, 0.012])]
-    assert got["sim"] == [pytest.approx([0.008])]
-    assert got["profile"] == [[0.007], [0.012]]
-
-
-def test_cli_profile_writes_the_seed001_file(tmp_path, monkeypatch, capsys):
-    import argparse
-    import json
-
-    from mlxlab.sim.profiling import add_profile_arguments, cli_profile
-
-    monkeypatch.setenv("MLXLAB_DATA", str(tmp_path))
-    p = argparse.ArgumentParser()
-    add_profile_arguments(p)
-    assert cli_profile(p.parse_args(["--seed001"])) == 0
-    doc = json.loads((tmp_path / "profiles" / "seed001-m4max-35b.json").read_text())
-    assert doc["cost_model"]["coef"] == pytest.approx(seed001_profile()["cost_model"].coef.tolist())
-    assert all("provenance" in f for f in doc["figures"].values())
-    assert np.allclose(load_profile("seed001-m4max-35b").coef, seed001_profile()["cost_model"].coef)
-
-
-def test_nnls_keeps_correlated_positive_features_and_clips_negative_ones():
-    """Two columns that move together, both truly positive, are both kept with their values; a
-    truly negative coefficient ends at 0 and the rest is the least-squares fit without it."""
-    from mlxlab.core.costmodel import _nnls
-
-    rng = np.random.default_rng(0)
-    a = rng.uniform(1, 2, 40)
-    X = np.stack([a, a * (1 + 0.01 * rng.standard_normal(40)), rng.uniform(0, 1, 40)], axis=1)
-    y = X @ np.array([1.0, 2.0, 0.5])
-    assert _nnls(X, y, 0.0) == pytest.approx([1.0, 2.0, 0.5], rel=1e-6)
-    y2 = X[:, [0, 2]] @ np.array([1.0, -0.5])
-    got = _nnls(X[:, [0, 2]], y2, 0.0)
-    assert got[1] == 0.0 and got[0] == pytest.approx(np.linalg.lstsq(X[:, [0]], y2, rcond=None)[0][0])
 
 
 def test_unaligned_attention_and_batch_change_features():
@@ -554,27 +310,6 @@ def test_unaligned_attention_and_batch_change_features():
     assert rebatch_counts({"decode_batch": 1, "joined": 1}) == (0, False)
     assert rebatch_counts({"decode_batch": 3, "joined": 2}) == (2, True)
     assert rebatch_counts({"decode_batch": 1, "dropped": 1}) == (0, True)
-
-
-def test_fit_recovers_the_batch_change_and_unaligned_terms():
-    true = {"decode_step": 2e-3, "decode_batch": 5e-4, "join_rows": 2e-3, "batch_changes": 5e-3,
-            "prefill_chunks": 3e-3, "prefill_tokens": 1e-4, "prefill_attention": 2e-8,
-            "prefill_attention_unaligned": 3e-8}
-    truth = StepCostModel.from_coefficients(true, n_obs=1)
-    recs = [{"kind": "decode", "decode_batch": b, "decode_context_tokens": b * c, "duration_s": truth.predict(b, b * c)}
-            for b in (1, 2, 4, 8) for c in (100, 1000, 3000)]
-    for b, joined, dropped in ((4, 4, 0), (2, 1, 0), (3, 2, 0), (2, 0, 2), (1, 0, 1)):
-        recs.append({"kind": "rebatch", "decode_batch": b, "decode_context_tokens": b * 100, "joined": joined,
-                     "dropped": dropped, "duration_s": truth.predict(b, b * 100, join_rows=joined if b >= 2 else 0,
-                                                                     batch_change=True)})
-    for n in (32, 255, 256, 1023, 1024):
-        for ctx in (0, 1000, 3001):
-            recs.append({"kind": "prefill", "prefill_tokens": n, "prefill_context_tokens": ctx, "prefill_seqs": [9],
-                         "duration_s": truth.predict(0, 0, [(n, ctx)])})
-    got = fit_cost_model(recs)
-    assert max(got.relative_error(recs)) < 1e-6
-    for name, value in true.items():
-        assert got.coefficients()[name] == pytest.approx(value, rel=1e-3), name
 
 
 def test_the_simulator_charges_a_batch_change_and_merged_rows():

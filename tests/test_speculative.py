@@ -1,5 +1,5 @@
-"""Tests for mlxlab.engine.speculative: greedy speculative decoding is exactly the target's greedy
-output; the analytic model at known points; the study's bookkeeping."""
+"""Tests for mlxlab.engine.speculative and mlxlab.studies.speculation: greedy speculative decoding
+is exactly the target's greedy output; the analytic model at known points; the study's bookkeeping."""
 
 import math
 
@@ -8,8 +8,23 @@ import pytest
 from mlx_lm.generate import generate_step
 
 from mlxlab.engine.models import load_model
-from mlxlab.engine.speculative import analytic_speedup, best_k, breakeven_cost_ratio, estimate_acceptance, expected_tokens_per_pass, format_study, measure_cost_ratio, mlx_lm_speculative, speculation_study, speculative_generate, teacher_forced_agreement
-from mlxlab.train.tiny import DRAFT_PRESET, TARGET_PRESET, build_corpus, heldout_prompts, weights_dir
+from mlxlab.engine.speculative import (
+    analytic_speedup,
+    best_k,
+    breakeven_cost_ratio,
+    estimate_acceptance,
+    expected_tokens_per_pass,
+    mlx_lm_speculative,
+    speculative_generate,
+)
+from mlxlab.studies.speculation import (
+    format_study,
+    measure_cost_ratio,
+    speculation_study,
+    teacher_forced_agreement,
+)
+from mlxlab.train.corpus import build_corpus, heldout_prompts
+from mlxlab.train.tiny import DRAFT_PRESET, TARGET_PRESET, weights_dir
 
 
 def greedy(model, prompt, n):
@@ -112,7 +127,9 @@ def test_mlx_lm_speculative_agrees(tiny, drafts):
 def test_cost_ratio_and_study_smoke(tiny, drafts):
     cost = measure_cost_ratio(tiny, drafts["other"], context=16, steps=4, ks=(2,), repeats=1)
     assert cost["target_step_s"] > 0 and cost["draft_step_s"] > 0
-    assert 0.2 < cost["c"] < 5 and cost["v"][2] > 0
+    # c and v are the measured medians' ratios (their size is the machine's business)
+    assert cost["c"] == pytest.approx(cost["draft_step_s"] / cost["target_step_s"])
+    assert cost["v"][2] == pytest.approx(cost["verify_s"][2] / cost["target_step_s"]) and cost["v"][2] > 0
     st = speculation_study(tiny, drafts["same"], PROMPTS[1:], ks=(1, 2), max_tokens=12, repeats=1, cost=cost)
     assert [r["k"] for r in st["rows"]] == [1, 2]
     for r in st["rows"]:

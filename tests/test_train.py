@@ -1,5 +1,5 @@
-"""Tests for mlxlab.train.tiny: the offline corpus and its split, training, saving, the committed
-weights and their held-out perplexity."""
+"""Tests for mlxlab.train: the offline corpus and its split (corpus), training and saving (tiny),
+the train-tiny command's arguments, the committed weights and their held-out perplexity."""
 
 import argparse
 import hashlib
@@ -11,11 +11,12 @@ import pytest
 
 from mlxlab.core.presets import available_presets, preset_config
 from mlxlab.engine.models import load_model
-from mlxlab.train.tiny import (
-    DRAFT_PRESET, SEPARATOR, TARGET_PRESET, CorpusMismatch, add_train_arguments, build_corpus,
-    cli_train, evaluate, heldout_prompts, is_heldout, list_corpus_files, python_version,
-    split_path, train_tiny, weights_dir, write_split,
+from mlxlab.cli.studies import add_train_arguments, cli_train
+from mlxlab.train.corpus import (
+    SEPARATOR, CorpusMismatch, build_corpus, heldout_prompts, is_heldout, list_corpus_files,
+    python_version, split_path, write_split,
 )
+from mlxlab.train.tiny import DRAFT_PRESET, TARGET_PRESET, evaluate, train_tiny, weights_dir
 
 # stated bounds on held-out perplexity per byte of the committed weights (measured values are
 # in data/weights/*/config.json and the training log; these leave room for other Python versions)
@@ -132,6 +133,9 @@ def test_short_training_reduces_loss_and_saves(tmp_path):
     a, b = m.module(x), r["model"](x)
     assert mx.allclose(a, b, atol=0.05).item()
     assert abs(r["heldout_saved"]["loss_nats"] - r["heldout"]["loss_nats"]) < 0.02
+    # the saved config names the trainer by its real dotted name
+    assert m.config["mlxlab"]["trained_by"] == f"{train_tiny.__module__}.{train_tiny.__qualname__}" \
+        == "mlxlab.train.tiny.train_tiny"
 
 
 def test_cli_arguments(tmp_path):

@@ -5,6 +5,7 @@ import math
 
 import pytest
 
+from mlxlab.core.executor import Executor
 from mlxlab.core.request import DONE, Request, StepRecord
 from mlxlab.core.runner import run_workload
 from mlxlab.core.workload import BatchTenant, ChatTenant, TraceWorkload, Workload, load_trace, save_trace, trace_path, workload_preset
@@ -140,7 +141,7 @@ def test_max_context_ends_a_chat_session_early():
 
 
 # ------------------------------------------------------------------------------ the runner
-class VirtualExecutor:
+class VirtualExecutor(Executor):
     """A stand-in for the simulator: a virtual clock, each step costs ``step_s``; a prompt is
     prefilled in one step, then every decoding request gets one token per step."""
 

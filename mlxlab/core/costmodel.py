@@ -21,9 +21,9 @@ Each term, and what it stands for in the engine (:mod:`mlxlab.engine`):
   stream's context).
 * ``decode_padding_tokens``: the left padding a batch of two or more reads beside them: its
   ``BatchKVCache`` is as wide as its longest row, so ``b x longest`` less the sum. A step record
-  (:meth:`mlxlab.engine.StepRecord.as_dict`) holds the sum; a profile record carries the padded
+  (:meth:`mlxlab.core.request.StepRecord.as_dict`) holds the sum; a profile record carries the padded
   count as ``decode_kv_tokens``. Whether the masked attention pays for the padding as for real
-  positions is for the profile to say (:func:`mlxlab.sim.profiling.profile_device` times a short row
+  positions is for the profile to say (:func:`mlxlab.sim.measure.profile_device` times a short row
   decoding beside a long one); a fit without such steps charges it as real context.
 * ``join_tokens``: KV positions copied when finished prefills join the decode batch
   (``BatchKVCache.merge``/``extend`` pad and copy every row to the longest): ``rows x longest``
@@ -33,26 +33,23 @@ Each term, and what it stands for in the engine (:mod:`mlxlab.engine`):
 * ``join_rows``: rows merged into a ``BatchKVCache`` at a join; ``batch_changes``: 1 if the
   step joined rows into a batch of two or more or dropped rows. These are the host-side costs
   of a change, which do not grow with the bytes: ``merge`` builds a zeros array and a slice
-  update per row for every layer's keys and values (about 280 lazy ops for 4 rows of a 28-layer
-  model, ~18 ms of Python on the H200 host, ``scripts/rebatch_probe.py``), ``filter`` reads
+  update per row for every layer's keys and values (host work that grows with rows and layers:
+  ``probes/rebatch_probe.py``, ``data/results/h200/rebatch_probe.json``), ``filter`` reads
   the left padding back per layer, and the first forward after a change meets new shapes.
 * ``packed_changes``: 1 if the decode rows changed (a row's first decode, a join, a drop) in a
-  packed step (:mod:`mlxlab.engine.fused`: one forward for the decode and the chunks). On the H200 such
-  a step took 43-106 ms where the same step without the change took 25-45, while a change in a
-  decode-only step costs what ``join_rows`` and ``batch_changes`` say (``start``/``join``/``drop``
-  cells of :func:`mlxlab.sim.profiling.profile_device`, ``data/results/h200/sim_validation.json``).
+  packed step (:mod:`mlxlab.engine.fused`: one forward for the decode and the chunks). Such a step
+  costs more than the same step without the change, while a change in a decode-only step costs what ``join_rows`` and ``batch_changes`` say (``start``/``join``/``drop``
+  cells of :func:`mlxlab.sim.measure.profile_device`, ``data/results/h200/sim_validation.json``).
 * ``prefill_chunks``: per chunk forward (its fixed cost); ``prefill_tokens``: tokens pushed
   through the linear layers; ``prefill_attention``: query-key pairs of the chunks' attention
   (``n * context + n**2 / 2`` per chunk); ``prefill_attention_unaligned``: the pairs of chunks
   whose key length (``context + n``) is not a multiple of :data:`KEY_ALIGN`, each weighted by
   :func:`unaligned_weight` (1 for an odd key length, 1/2 or 1/4 for a multiple of 2 or 4). A
   chunk the engine padded (``Engine(key_align=8)``) counts its pad tokens. On mlx's CUDA
-  backend (cuDNN attention off) such a chunk's attention runs a slower path: at 8k context a
-  511-token chunk took 51 ms against 31 ms for 512 or 504, and 2047 took 140 ms against 92 for
-  2048 (``scripts/chunk_probe.py``, ``data/results/h200/chunk_probe.json``). On the CPU the
-  fit leaves it at about 0.
+  backend such a chunk's attention runs a slower path (``probes/chunk_probe.py``,
+  ``data/results/h200/chunk_probe.json``); on the CPU the fit leaves it near 0.
 
-Two timing parameters sit beside the linear terms (both measured by :mod:`mlxlab.sim.profiling`):
+Two timing parameters sit beside the linear terms (both measured by :mod:`mlxlab.sim.measure`):
 
 * ``overhead_s``: host time between two steps that no step record covers (the run loop,
   ``policy.schedule``, building the scheduler state). The simulator adds it before every step.
@@ -114,7 +111,7 @@ def features(decode_batch: int = 0, decode_context_tokens: int = 0,
     rows (the sum of their contexts); ``decode_padding_tokens``: the left padding a batch reads
     beside them (``b x longest row`` less that sum); ``chunks`` lists (tokens, context before
     the chunk), or (tokens, context, pad) for a chunk the engine ran with ``pad`` extra tokens
-    (:func:`mlxlab.engine.pad_tokens`: those go through the model too); ``join_rows``: rows
+    (:func:`mlxlab.core.request.pad_tokens`: those go through the model too); ``join_rows``: rows
     merged into a batch cache; ``batch_change``: the step joined rows into a batch or dropped
     rows; ``packed``: the decode and the chunks run as one forward (:mod:`mlxlab.engine.fused`), so the
     decode's fixed cost (``decode_step``, ``decode_batched``: a whole forward's weights and host

@@ -24,8 +24,8 @@ OPENBLAS_CANDIDATES = (
 )
 
 
-# Environment variables mlx 0.32 reads (the names in libmlx of the CUDA build, and the Metal and
-# TF32 switches of mlx's environment-variable docs). A name one typo away from these is almost
+# Environment variables mlx reads (as of mlx 0.32: the names in libmlx of the CUDA build, and the
+# Metal and TF32 switches of mlx's environment-variable docs). A name one typo away from these is almost
 # certainly meant as one of them: mlx ignores it silently.
 MLX_ENV_KNOWN = frozenset({
     "MLX_BFS_MAX_WIDTH", "MLX_CUDA_CONV_CACHE_SIZE", "MLX_CUDA_FFT_CACHE_SIZE", "MLX_CUDA_GRAPH_CACHE_SIZE",
@@ -96,7 +96,7 @@ def reexec_with_fast_blas() -> None:
 
 def device_summary() -> Dict[str, str]:
     """The default mlx device, its name, the BLAS, mlx and mlx-lm versions."""
-    import mlx.core as mx
+    import mlx.core as mx  # mlx: core imports without it; only a measurement's provenance needs it
     import mlx_lm
 
     dev = mx.default_device()

@@ -71,14 +71,14 @@ def summarize(requests: Iterable, by_tenant: bool = True) -> Dict[str, dict]:
 
 def request_table(requests: Iterable):
     """The per-request table as a pandas DataFrame."""
-    import pandas as pd
+    import pandas as pd  # tables are optional: metrics work on plain lists without pandas
 
     return pd.DataFrame([request_row(r) for r in requests])
 
 
 def timeline_table(steps: Iterable):
     """The step records as a pandas DataFrame (one row per step)."""
-    import pandas as pd
+    import pandas as pd  # tables are optional: metrics work on plain lists without pandas
 
     return pd.DataFrame([s.as_dict() if hasattr(s, "as_dict") else dict(s) for s in steps])
 

@@ -64,16 +64,16 @@ class StepPlan:
         return sum(n for _, n in self.prefill)
 
 
-KEY_ALIGN = 8  # the engine's default key_align (mlxlab.engine.KEY_ALIGN); no MLX import here
+KEY_ALIGN = 8  # the default key_align of the engine, the simulator and the policies
 
 
 def align_chunk(n: int, s: SeqView, key_align: int, up: bool = False) -> int:
     """``n`` tokens of ``s``'s prompt, cut so the chunk ends at a key length that is a multiple
     of ``key_align`` (at most ``key_align - 1`` tokens fewer; 0 when the cut takes them all). A
     chunk that finishes the prompt is left alone (the engine pads it instead:
-    ``Engine(key_align=...)``). On mlx's CUDA backend a chunk ending off a multiple of 8 ran up to 1.65x the
-    time of one ending on it (``scripts/chunk_probe.py``), so a token budget less one decode
-    (511) would pay that at every step of a long prompt. ``up``: grow the chunk to the next
+    ``Engine(key_align=...)``). On mlx's CUDA backend a chunk ending off a multiple of 8 runs a
+    slower attention path (``probes/chunk_probe.py``), so a token budget less one decode (511)
+    would pay that at every step of a long prompt. ``up``: grow the chunk to the next
     aligned end instead (for a lower bound on the chunk), unless that passes the prompt's end."""
     if key_align <= 1 or n >= s.remaining_prefill:
         return n

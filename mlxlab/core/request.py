@@ -108,9 +108,12 @@ class StepRecord:
         }
 
 
-class _Seq:
-    """Engine-side state of a request: its own KV cache while prefilling, a row of the batch
-    cache while decoding."""
+class SequenceState:
+    """An executor's state of one request: how far its prefill got, how many decode forwards were
+    issued for it, whether a stop token ended it. ``cache`` is the executor's handle on its KV
+    (the engine's own cache while prefilling, None while it is a row of the batch cache, always
+    None in the simulator); ``kv``, ``solo_input`` and ``remembered`` are the engine's per-request
+    KV quantization, quantized decode input and prefix-cache flag."""
 
     __slots__ = ("req", "cache", "prefilled", "issued", "stopped", "remembered", "kv", "solo_input")
 
@@ -126,7 +129,25 @@ class _Seq:
 
     @property
     def prefill_tokens(self) -> int:
+        """Prompt tokens that go through prefill: all but the last, which is the first decode input."""
         return len(self.req.prompt) - 1
+
+    @property
+    def context_tokens(self) -> int:
+        """KV positions the sequence's next (or in-flight) decode reads: its prefill plus the
+        forwards issued."""
+        return self.prefill_tokens + self.issued
+
+    @property
+    def active(self) -> bool:
+        """Whether it still needs a decode forward (not done, not stopped, ``max_tokens`` not issued)."""
+        return not self.req.done and not self.stopped and self.issued < self.req.max_tokens
+
+    def chunk_tokens(self, n: int, pad: int = 0) -> List[int]:
+        """The next ``n`` prompt tokens to prefill, then ``pad`` copies of the last of them (a
+        padded final chunk: :func:`pad_tokens`)."""
+        start = self.prefilled
+        return self.req.prompt[start:start + n] + [self.req.prompt[start + n - 1]] * pad
 
     def view(self) -> SeqView:
         r = self.req

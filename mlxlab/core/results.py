@@ -1,4 +1,9 @@
-"""One results format: JSON under ``data/results/<platform>/`` with the environment attached."""
+"""One results format: JSON under ``data/results/<platform>/`` with the environment attached.
+
+:func:`environment_block` is the provenance every written result carries (device, BLAS, versions,
+platform, commit, time); :func:`save_results` writes a result with it, and every other writer of a
+measurement (notebooks, profiles, probes) calls one of the two.
+"""
 
 from __future__ import annotations
 
@@ -7,7 +12,7 @@ import json
 import math
 import subprocess
 from pathlib import Path
-from typing import Any, Optional
+from typing import Any, Optional, Union
 
 from mlxlab.core.environment import device_summary, platform_name
 from mlxlab.core.paths import data_dir
@@ -26,31 +31,32 @@ def _git_commit() -> Optional[str]:
         return None
 
 
-def _clean(x: Any) -> Any:
+def environment_block(platform: Optional[str] = None) -> dict:
+    """Where and with what a measurement ran: :func:`~mlxlab.core.environment.device_summary`
+    plus the results platform (default: detected), the git commit and the UTC time."""
+    return {**device_summary(), "platform": platform or platform_name(), "git_commit": _git_commit(),
+            "written_at": _dt.datetime.now(_dt.timezone.utc).isoformat(timespec="seconds")}
+
+
+def jsonable(x: Any) -> Any:
     # JSON has no NaN: write null so other tools can read the file
     if isinstance(x, float) and not math.isfinite(x):
         return None
     if isinstance(x, dict):
-        return {str(k): _clean(v) for k, v in x.items()}
+        return {str(k): jsonable(v) for k, v in x.items()}
     if isinstance(x, (list, tuple)):
-        return [_clean(v) for v in x]
+        return [jsonable(v) for v in x]
     if hasattr(x, "item") and callable(x.item):  # numpy scalars
-        return _clean(x.item())
+        return jsonable(x.item())
     return x
 
 
-def save_results(name: str, payload: dict, platform: Optional[str] = None) -> Path:
-    """Write ``payload`` with an ``environment`` block to ``data/results/<platform>/<name>.json``;
-    returns the path."""
-    path = results_dir(platform) / f"{name}.json"
+def save_results(name: str, payload: dict, platform: Optional[str] = None,
+                 folder: Union[None, str, Path] = None) -> Path:
+    """Write ``payload`` with an ``environment`` block (:func:`environment_block`) to
+    ``<folder>/<name>.json``, ``folder`` defaulting to ``data/results/<platform>/``; returns the path."""
+    path = Path(folder or results_dir(platform)) / f"{name}.json"
     path.parent.mkdir(parents=True, exist_ok=True)
-    doc = {"environment": {**device_summary(), "platform": platform or platform_name(),
-                           "git_commit": _git_commit(),
-                           "written_at": _dt.datetime.now(_dt.timezone.utc).isoformat(timespec="seconds")},
-           **payload}
-    path.write_text(json.dumps(_clean(doc), indent=2) + "\n")
+    doc = {"environment": environment_block(platform), **payload}
+    path.write_text(json.dumps(jsonable(doc), indent=2) + "\n")
     return path
-
-
-def load_results(name: str, platform: Optional[str] = None) -> dict:
-    return json.loads((results_dir(platform) / f"{name}.json").read_text())

@@ -33,6 +33,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Dict, Iterable, List, Optional, Sequence, Tuple, Union
 
+from mlxlab.core.paths import data_dir
+
 Length = Union[int, Tuple[int, int]]  # a fixed token count, or an inclusive range drawn uniformly
 Seconds = Union[float, Tuple[float, float]]  # a fixed time, or a range drawn uniformly
 
@@ -313,8 +315,6 @@ class Workload:
 # ---------------------------------------------------------------------------------- traces
 def traces_dir() -> Path:
     """``data/traces/`` (follows ``MLXLAB_DATA``)."""
-    from mlxlab.core.paths import data_dir
-
     return data_dir() / "traces"
 
 

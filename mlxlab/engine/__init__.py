@@ -1,6 +1,14 @@
-"""The inference engine on mlx-lm models: the step loop and what it runs (batched decode over
-mlx-lm's caches, chunked prefill, packed steps, overlap, warm-up, quantized KV, prefix cache),
-model loading, and mlx-lm's own ``BatchGenerator`` behind the same executor interface."""
+"""The inference engine on mlx-lm models.
+
+* ``loop``: :class:`Engine`, the step loop (policy plan -> batched decode, chunked prefill);
+* ``batch``: the decode batch's caches, a prompt's own cache, layer-by-layer evaluation;
+* ``overlap``: overlap mode's prefill worker thread;
+* ``admission``: KV bytes per request, KV-budget admission;
+* ``fused``: a decode step and prefill chunks in one packed forward;
+* ``warmup``, ``kvquant``, ``prefix_cache``, ``speculative``, ``models``: warm-up, quantized KV,
+  prefix reuse, draft-then-verify decoding, model loading;
+* ``baseline``: mlx-lm's own ``BatchGenerator`` behind the same executor interface.
+"""
 
 from mlxlab.engine.loop import Engine
 

@@ -26,6 +26,7 @@ from typing import Callable, Dict, List, Optional, Sequence
 
 from mlx_lm.generate import BatchGenerator, StopSequences
 
+from mlxlab.core.executor import Executor
 from mlxlab.core.presets import model_limits, module_of
 from mlxlab.core.request import (
     DECODING,
@@ -39,7 +40,7 @@ from mlxlab.core.request import (
 
 @dataclass
 class BaselineStep(StepRecord):
-    """A :class:`mlxlab.engine.StepRecord` of one ``BatchGenerator.next()`` call, plus ``joined``:
+    """A :class:`mlxlab.core.request.StepRecord` of one ``BatchGenerator.next()`` call, plus ``joined``:
     request ids whose prompt finished in this call and whose first forward pass ran here."""
 
     joined: List[int] = field(default_factory=list)
@@ -62,8 +63,8 @@ class _Scheduler:
         return self._text
 
 
-class MlxLmExecutor:
-    """An executor (see :mod:`mlxlab.core.runner`) that runs mlx-lm's ``BatchGenerator``.
+class MlxLmExecutor(Executor):
+    """An :class:`~mlxlab.core.executor.Executor` that runs mlx-lm's ``BatchGenerator``.
 
     Args:
         model: a :class:`mlxlab.engine.models.LoadedModel` or an mlx-lm ``nn.Module``.
@@ -72,8 +73,7 @@ class MlxLmExecutor:
         sampler: maps log-probabilities (B, vocab) to token ids; greedy (argmax) by default.
         stop_tokens: token ids that end any request.
 
-    Same interface as :class:`mlxlab.Engine`: ``submit``, ``step``, ``run``, ``now``, ``has_work``,
-    ``requests`` (:class:`mlxlab.engine.Request`), ``steps`` (:class:`BaselineStep`), ``flush``.
+    ``requests`` are :class:`mlxlab.core.request.Request`, ``steps`` :class:`BaselineStep`.
     """
 
     name = "mlx_lm"
@@ -118,7 +118,7 @@ class MlxLmExecutor:
                arrival_s: Optional[float] = None, stop_tokens: Sequence[int] = ()) -> Request:
         """Queue a request in the ``BatchGenerator``; raises ``ValueError`` (changing nothing) on
         the inputs :meth:`mlxlab.Engine.submit` rejects."""
-        prompt = self._validate(prompt_tokens, max_tokens)
+        prompt = validate_request(prompt_tokens, max_tokens, self.vocab_size, self.max_context)
         stops = self.stop_tokens | frozenset(int(t) for t in stop_tokens)
         req = Request(id=len(self.requests), prompt=prompt, max_tokens=int(max_tokens), tenant=str(tenant),
                       arrival_s=self.now() if arrival_s is None else float(arrival_s), stop_tokens=stops)
@@ -177,18 +177,14 @@ class MlxLmExecutor:
         self.steps.append(rec)
         return rec
 
-    def run(self) -> List[Request]:
-        """Step until every submitted request is done; returns all requests."""
+    def run(self, progress: bool = False) -> List[Request]:
+        """Step until every submitted request is done; returns all requests. Unlike the engine's,
+        it leaves the generator open (:meth:`close` releases it) and shows no progress bar.
+        Nothing is ever left in flight between calls (``next()`` returns read tokens), so there
+        is nothing to flush."""
         while self.has_work:
             self.step()
         return self.requests
 
-    def flush(self) -> None:
-        """Nothing is ever left in flight between calls (``next()`` returns read tokens)."""
-
     def close(self) -> None:
         self.gen.close()
-
-    # ------------------------------------------------------------------ validation
-    def _validate(self, prompt_tokens, max_tokens) -> List[int]:
-        return validate_request(prompt_tokens, max_tokens, self.vocab_size, self.max_context)

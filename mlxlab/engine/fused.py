@@ -97,9 +97,9 @@ def packed_forward(module, decode_inputs: mx.array, decode_cache: list,
         else:
             # Last layer: the chunks only need their keys and values cached (a prefill never
             # reads their outputs), so query, attention, o_proj and MLP run for the decode rows
-            # alone. Packing them too cost a layer's worth of chunk compute: on the CPU, `small`
-            # (8 layers), one decode beside a 511-token chunk took 1,077 ms packed that way
-            # against 957 ms back to back; with this, 943 ms.
+            # alone: packing the chunks through them too would cost a layer's worth of chunk
+            # compute for outputs nothing reads, enough to make a packed step slower than the
+            # two back to back.
             for a, b, cache, r in zip(bounds[1:], bounds[2:], caches[1:], rows[1:]):
                 _store(attn, k[:, a:b], v[:, a:b], cache[i], r)
             hd = h[:, :B]

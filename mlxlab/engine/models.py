@@ -1,9 +1,8 @@
-"""Model presets and loading.
+"""Loading a model: :func:`load_model` and what it returns, :class:`LoadedModel`.
 
-A preset is a Hugging Face style ``config.json`` stored as
-``data/models/<name>.json``; ``load_model`` builds the matching mlx-lm model
-with random weights (throughput does not depend on the values). A path to a
-local mlx-lm model directory loads its real weights instead.
+A preset (a Hugging Face style config, :mod:`mlxlab.core.presets`) is built as the matching
+mlx-lm model with random weights (throughput does not depend on the values); a path to a local
+mlx-lm model directory loads its real weights instead. Either may be cast and quantized.
 """
 
 from __future__ import annotations
@@ -19,7 +18,7 @@ from mlx.utils import tree_flatten
 from mlx_lm.utils import _get_classes, get_total_parameters
 from mlx_lm.utils import load_model as _mlx_lm_load_model
 
-from mlxlab.core.presets import DEFAULT_MAX_CONTEXT, preset_config
+from mlxlab.core.presets import model_limits, preset_config
 
 VALID_BITS = (2, 3, 4, 5, 6, 8)
 VALID_GROUP_SIZES = (32, 64, 128)
@@ -78,12 +77,13 @@ class LoadedModel:
 
     @property
     def vocab_size(self) -> int:
-        return int(self.config["vocab_size"])
+        return model_limits(self.config)[0]
 
     @property
     def max_context(self) -> int:
-        """Maximum positions (tokens): max_position_embeddings, else DEFAULT_MAX_CONTEXT."""
-        return int(self.config.get("max_position_embeddings") or DEFAULT_MAX_CONTEXT)
+        """Maximum positions (tokens): max_position_embeddings, else
+        :data:`mlxlab.core.presets.DEFAULT_MAX_CONTEXT`."""
+        return model_limits(self.config)[1]
 
     @property
     def num_layers(self) -> int:
@@ -133,6 +133,30 @@ def _quantize(module: nn.Module, config: dict, bits: int, group_size: int) -> No
     config["quantization_config"] = dict(q)
 
 
+def _from_directory(path: Path, bits: Optional[int], group_size: int):
+    """mlx-lm's loader on a local model directory: (module, config, bits, group_size), the
+    quantization the directory already has taking the place of ``bits``/``group_size``."""
+    module, config = _mlx_lm_load_model(path)
+    if (q := config.get("quantization")) is not None:
+        if bits is not None:
+            raise ValueError(f"{path} is already quantized ({q.get('bits')} bits)")
+        bits, group_size = q.get("bits"), q.get("group_size", group_size)
+    return module, config, bits, group_size
+
+
+def _from_preset(name: str, seed: int):
+    """Preset ``name`` with seeded random weights, Linear weights scaled by ``INIT_GAIN``: (module, config)."""
+    config = preset_config(name)
+    model_cls, args_cls = _get_classes(config)
+    mx.random.seed(seed)
+    module = model_cls(args_cls.from_dict(config))
+    for _, m in module.named_modules():
+        if isinstance(m, nn.Linear):
+            m.weight = m.weight * INIT_GAIN  # see INIT_GAIN
+    module.eval()
+    return module, config
+
+
 def load_model(
     name_or_path: Union[str, Path],
     *,
@@ -159,39 +183,16 @@ def load_model(
         raise ValueError(f"invalid group_size {group_size!r}; valid: {VALID_GROUP_SIZES}")
     dt = resolve_dtype(dtype)
     path = Path(name_or_path)
-
     if path.is_dir():
-        module, config = _mlx_lm_load_model(path)
+        module, config, bits, group_size = _from_directory(path, bits, group_size)
         name = str(path)
-        if (q := config.get("quantization")) is not None:
-            if bits is not None:
-                raise ValueError(f"{path} is already quantized ({q.get('bits')} bits)")
-            bits, group_size = q.get("bits"), q.get("group_size", group_size)
-        num_params = get_total_parameters(module)
-        module.set_dtype(dt)
     else:
+        module, config = _from_preset(str(name_or_path), seed)
         name = str(name_or_path)
-        config = preset_config(name)
-        model_cls, args_cls = _get_classes(config)
-        mx.random.seed(seed)
-        module = model_cls(args_cls.from_dict(config))
-        for _, m in module.named_modules():
-            if isinstance(m, nn.Linear):
-                m.weight = m.weight * INIT_GAIN  # see INIT_GAIN
-        module.eval()
-        num_params = get_total_parameters(module)
-        module.set_dtype(dt)  # lazily: float32 random weights never all materialize
-
+    num_params = get_total_parameters(module)
+    module.set_dtype(dt)  # lazily: float32 random weights never all materialize
     if bits is not None and config.get("quantization") is None:
         _quantize(module, config, bits, group_size)
     mx.eval(module.parameters())
-    return LoadedModel(
-        module=module,
-        config=config,
-        name=name,
-        dtype=dt,
-        bits=bits,
-        group_size=group_size,
-        seed=seed,
-        num_params=num_params,
-    )
+    return LoadedModel(module=module, config=config, name=name, dtype=dt, bits=bits, group_size=group_size,
+                       seed=seed, num_params=num_params)

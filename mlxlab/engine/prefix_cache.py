@@ -180,10 +180,13 @@ class PrefixCache:
         mx.eval(layers)
         e = PrefixEntry(key, layers, sum(k.nbytes + v.nbytes for k, v in layers))
         self._add(e)
-        self._evict()
+        self.evict()
         return e
 
-    def _evict(self):
+    def evict(self) -> None:
+        """Drop least recently used memory entries (to the disk tier, if there is one) until
+        memory is within ``max_tokens`` / ``max_bytes``; insert calls it, and so may a caller
+        that lowered a limit."""
         s = self.stats
         while self._mem and ((self.max_tokens is not None and s.memory_tokens > self.max_tokens)
                              or (self.max_bytes is not None and s.memory_bytes > self.max_bytes)):
@@ -264,69 +267,3 @@ class PrefixCache:
             except Exception:
                 path.unlink(missing_ok=True)
                 self.stats.disk_corrupt += 1
-
-
-def measure_restore(model, prefix_lengths=(256, 1024, 2048), repeats: int = 3,
-                    chunk_size: int = 2048, disk_dir=None, seed: int = 0) -> List[dict]:
-    """Per prefix length: median time to prefill the prefix (chunks of ``chunk_size``, after one
-    warm-up run) vs median time to restore it from memory and from the disk tier (read + checksum
-    + copy, in a temporary folder under ``disk_dir``; the file is probably still in the OS page
-    cache, so this is a lower bound for a cold SSD read)."""
-    import tempfile
-    module, rng, rows = getattr(model, "module", model), np.random.default_rng(seed), []
-    for L in prefix_lengths:
-        toks = rng.integers(0, module.args.vocab_size, size=L + 1).tolist()
-        pre = []
-        for _ in range(repeats + 1):
-            cache, t0 = make_prompt_cache(module), time.perf_counter()
-            for i in range(0, L, chunk_size):
-                module(mx.array([toks[i:min(i + chunk_size, L)]]), cache=cache)
-                mx.eval([c.state for c in cache])
-            pre.append(time.perf_counter() - t0)
-        with tempfile.TemporaryDirectory(dir=disk_dir) as tmp:
-            pc = PrefixCache(max_tokens=L, disk_dir=tmp)
-            kv_bytes = pc.insert(toks[:L], cache).nbytes
-            for max_tokens in (L, 0):  # from memory, then evicted to disk and from there
-                pc.max_tokens = max_tokens
-                pc._evict()
-                for _ in range(repeats):
-                    pc.lookup(toks, module)
-        p, mem, disk = (float(np.median(x)) for x in
-                        (pre[1:], pc.stats.restore_s_memory, pc.stats.restore_s_disk))
-        rows.append({"prefix_tokens": L, "kv_bytes": kv_bytes, "prefill_s": p,
-                     "restore_memory_s": mem, "restore_disk_s": disk,
-                     "speedup_memory": p / mem, "speedup_disk": p / disk})
-    return rows
-
-
-def warm_vs_cold_ttft(model, prefix_lengths=(256, 1024, 2048), *, turn_tokens: int = 64, repeats: int = 3,
-                      chunk_size: int = 2048, seed: int = 0) -> List[dict]:
-    """A chat turn's TTFT through the engine, cold and warm, per prefix length: the turn is
-    ``prefix + turn_tokens`` new tokens. Cold: an engine without a prefix cache prefills it all.
-    Warm: an earlier turn (the prefix alone) went through an engine with a :class:`PrefixCache`,
-    so the turn restores the prefix and prefills only the new tokens. Medians over ``repeats``
-    after one untimed round; also checks that both turns produced the same first token."""
-    from mlxlab.engine.loop import Engine
-
-    module, rng, rows = getattr(model, "module", model), np.random.default_rng(seed), []
-    for L in prefix_lengths:
-        toks = rng.integers(1, module.args.vocab_size, size=L + turn_tokens).tolist()
-        cold, warm, restored, same = [], [], [], True
-        for _ in range(repeats + 1):
-            eng = Engine(model, chunk_size=chunk_size)
-            c = eng.submit(toks, 1)
-            eng.run()
-            pc = PrefixCache(max_tokens=2 * (L + turn_tokens))
-            eng = Engine(model, chunk_size=chunk_size, prefix_cache=pc)
-            eng.submit(toks[:L], 1)  # the earlier turn: its prompt's KV goes into the cache
-            eng.run()
-            w = eng.submit(toks, 1)
-            eng.run()
-            cold.append(c.ttft_s)
-            warm.append(w.ttft_s)
-            restored.append(w.cached_tokens)
-            same &= c.output_tokens == w.output_tokens
-        cold_s, warm_s = float(np.median(cold[1:])), float(np.median(warm[1:]))
-        rows.append({"prefix_tokens": L, "turn_tokens": turn_tokens, "cold_ttft_s": cold_s, "warm_ttft_s": warm_s,
-                     "speedup": cold_s / warm_s, "restored_tokens": int(min(restored)), "same_first_token": bool(same)})
-    return rows

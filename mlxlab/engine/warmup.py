@@ -11,6 +11,8 @@ import random
 import time
 from typing import Callable, Dict, List, Optional, Sequence
 
+from mlxlab.core.executor import Executor
+
 WARMUP_MODES = ("off", "token", "shapes")
 
 
@@ -20,7 +22,7 @@ def random_prompt(n: int, vocab_size: int, seed: int) -> List[int]:
     return [rng.randrange(1, vocab_size) for _ in range(n)]
 
 
-def warmup(new_engine: Callable[[int], object], vocab_size: int, mode: str = "token", *,
+def warmup(new_engine: Callable[[int], Executor], vocab_size: int, mode: str = "token", *,
            chunk_sizes: Sequence[int] = (2048,), batch_sizes: Sequence[int] = (1,),
            prompt_tokens: Optional[int] = None) -> Dict[str, float]:
     """Run throwaway requests on engines made by ``new_engine(chunk_size)``. ``mode``: "off";

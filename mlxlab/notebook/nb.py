@@ -13,8 +13,11 @@ from typing import List, Optional
 
 import pandas as pd
 
+from mlxlab.core import results
 from mlxlab.core.environment import device_summary, platform_name
-from mlxlab.core.paths import ROOT, data_dir
+from mlxlab.core.paths import ROOT
+from mlxlab.notebook.plots import save_figure
+from mlxlab.notebook.widgets import offline
 
 VERDICTS = ("reproduced", "not reproduced", "artifact", "not measurable on this backend")
 
@@ -29,39 +32,22 @@ class Setup:
 
     def save(self, name: str, payload: dict) -> Path:
         """Write results JSON (with the environment) into this run's results folder."""
-        return _save_to(self.results_dir, name, {"quick": self.quick, **payload}, self.platform)
+        return results.save_results(name, {"quick": self.quick, **payload}, platform=self.platform,
+                                    folder=self.results_dir)
 
     def figure(self, chart, name: str) -> List[Path]:
-        from mlxlab.notebook.plots import save_figure
-
         return save_figure(chart, name, self.figures_dir)
-
-
-def _save_to(folder: Path, name: str, payload: dict, platform: str) -> Path:
-    import datetime as dt
-    import json
-
-    from mlxlab.core.results import _clean
-
-    folder.mkdir(parents=True, exist_ok=True)
-    p = folder / f"{name}.json"
-    env = {**device_summary(), "platform": platform,
-           "written_at": dt.datetime.now(dt.timezone.utc).isoformat(timespec="seconds")}
-    p.write_text(json.dumps(_clean({"environment": env, **payload}), indent=2) + "\n")
-    return p
 
 
 def setup(quick: bool = True, platform: Optional[str] = None, results_dir: Optional[str] = None,
           figures_dir: Optional[str] = None) -> Setup:
     """Resolve a notebook's output folders and describe the machine; prints one line."""
     plat = platform or platform_name()
-    res = Path(results_dir) if results_dir else data_dir() / "results" / plat / ("quick" if quick else "")
+    res = Path(results_dir) if results_dir else results.results_dir(plat) / ("quick" if quick else "")
     fig = Path(figures_dir) if figures_dir else ROOT / ("build/figures" if quick else "paper/figures")
     res.mkdir(parents=True, exist_ok=True)
     fig.mkdir(parents=True, exist_ok=True)
     env = device_summary()
-    from mlxlab.notebook.widgets import offline
-
     offline()  # charts render without internet in JupyterLab
     print(f"platform={plat} quick={quick} device={env['device']} ({env['device_name']}) blas={env['blas']} "
           f"mlx={env['mlx']} mlx-lm={env['mlx_lm']}\nresults -> {res}\nfigures -> {fig}")

@@ -107,7 +107,7 @@ def sim_section(paths: List[Path]) -> str:
 
 def single_request_section(res: Path) -> str:
     """Prefix restores, warm vs cold turns, warm-up and the KV probe, from the single-request
-    files that hold them (the notebooks' and ``scripts/h200_singlereq.py``'s)."""
+    files that hold them (the notebooks' and ``probes/h200_singlereq.py``'s)."""
     parts = ["## Single-request features\n"]
     for p in sorted(res.glob("*/prefix_cache.json")):
         if "quick" in p.parts:
@@ -156,8 +156,6 @@ def probes_section(res: Path) -> str:
     """The H200 probes behind the simulator's cost terms: a chunk's cost by its exact size, a batch
     change phase by phase (per mlx CUDA-graph setting), a lone decode between other work, and a
     long prefill with its KV cache sized up front or grown."""
-    import statistics
-
     parts = []
     for p in sorted(res.glob("*/chunk_probe.json")):
         d = json.loads(p.read_text())
@@ -204,7 +202,7 @@ def probes_section(res: Path) -> str:
                  fmt(r["sim_share_medians_ms"])] for r in d["rows"]]
         parts += [f"### Decodes of {d['batch']} rows in `{d['run']}`: engine runs against profile shares "
                   f"(`{d['profile_cell']}`), medians in ms ({p.parent.name})\n",
-                  f"From the steps the {p.parent.name} validation files keep (`scripts/decode_modes.py`, run "
+                  f"From the steps the {p.parent.name} validation files keep (`python -m probes.decode_modes`, run "
                   f"anywhere; the source line names the machine that read them).", "",
                   _table(["validation", "engine, per repeat", "profile, per share", "simulator, per share"], rows),
                   "", _source(p, d), ""]

@@ -97,29 +97,6 @@ def token_timeline(token_times: pd.DataFrame, *, title: str = "Token timeline", 
     ).properties(height=max(60, 28 * df["stream"].nunique()))
 
 
-def step_timeline(steps: pd.DataFrame, *, title: str = "Engine steps") -> alt.Chart:
-    """The step records as bars on a time axis, coloured by phase."""
-    return alt.Chart(steps, title=title).mark_bar(height=12).encode(
-        x=alt.X("start_s:Q", title="time (s)"), x2="end_s:Q",
-        y=alt.Y("phase:N", title=None),
-        color=alt.Color("phase:N"),
-        tooltip=["step", "phase", "duration_s", "decode_batch", "prefill_tokens"],
-    ).properties(height=90)
-
-
-def token_times_frame(requests, tenants: Optional[Sequence[str]] = None) -> pd.DataFrame:
-    """A long table (stream, t_s, gap_s) from Request objects, for :func:`token_timeline`."""
-    rows = []
-    for r in requests:
-        if tenants and r.tenant not in tenants:
-            continue
-        prev = None
-        for t in r.token_times_s:
-            rows.append({"stream": f"{r.tenant} #{r.id}", "t_s": t, "gap_s": 0.0 if prev is None else t - prev})
-            prev = t
-    return pd.DataFrame(rows, columns=["stream", "t_s", "gap_s"])
-
-
 def ratio_bars(df: pd.DataFrame, category: str, ratio: str, *, color: Optional[str] = None,
                title: str = "", reference: float = 1.0) -> alt.Chart:
     """Horizontal bars of a ratio (mlxlab / mlx-lm) with a rule at ``reference``."""

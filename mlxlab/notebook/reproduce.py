@@ -47,7 +47,7 @@ def reproduce(*, quick: bool = True, only: Optional[Sequence[str]] = None, platf
               progress: bool = True, notebooks_dir: Optional[Path] = None) -> List[Dict]:
     """Execute the notebooks; returns one dict per notebook (name, seconds, output path).
     Raises :class:`ReproduceError` naming the notebook and cell on the first failure."""
-    import papermill as pm
+    import papermill as pm  # heavy (nbclient, jupyter): only a run needs it, not `mlxlab --help`
 
     out_dir = Path(out_dir) if out_dir else BUILD
     out_dir.mkdir(parents=True, exist_ok=True)
@@ -55,7 +55,9 @@ def reproduce(*, quick: bool = True, only: Optional[Sequence[str]] = None, platf
     params = {"quick": quick, **({"platform": platform} if platform else {}), **(parameters or {})}
     bar = None
     if progress:
+        # optional plumbing: only a run with a progress bar needs it
         from tqdm.auto import tqdm
+
         bar = tqdm(nbs, desc="notebooks", unit="nb")
     done = []
     for nb in nbs:

@@ -64,8 +64,3 @@ def float_slider(value: float, lo: float, hi: float, step: float, description: s
                          continuous_update=False, style={"description_width": "initial"},
                          layout=W.Layout(width="360px"))
 
-
-def int_slider(value: int, lo: int, hi: int, step: int = 1, description: str = "") -> W.IntSlider:
-    return W.IntSlider(value=value, min=lo, max=hi, step=step, description=description,
-                       continuous_update=False, style={"description_width": "initial"},
-                       layout=W.Layout(width="360px"))

@@ -13,11 +13,12 @@ from typing import Callable, Dict
 from mlxlab.core.plan import SchedulerState, StepPlan, check_plan
 from mlxlab.policies.admission_gate import AdmissionGate
 from mlxlab.policies.base import Interleave, Policy, PrefillFirst
+from mlxlab.policies.decode_window import DecodeWindowGate
 from mlxlab.policies.slo import SLOChunking
 from mlxlab.policies.stall_free import StallFree
 
 __all__ = ["POLICIES", "Policy", "PrefillFirst", "Interleave", "AdmissionGate", "StallFree", "SLOChunking",
-           "make_policy", "with_key_align", "next_plan"]
+           "DecodeWindowGate", "make_policy", "with_key_align", "next_plan"]
 
 
 POLICIES: Dict[str, Callable[..., Policy]] = {
@@ -26,6 +27,7 @@ POLICIES: Dict[str, Callable[..., Policy]] = {
     AdmissionGate.name: AdmissionGate,
     StallFree.name: StallFree,
     SLOChunking.name: SLOChunking,
+    DecodeWindowGate.name: DecodeWindowGate,
 }
 
 

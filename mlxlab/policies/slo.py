@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from typing import List, Optional, Sequence
 
+from mlxlab.core.costmodel import StepCostModel  # numpy only: policies stay free of MLX
 from mlxlab.core.plan import KEY_ALIGN, SchedulerState, StepPlan, align_chunk
 from mlxlab.policies.base import Policy
 
@@ -19,11 +20,11 @@ class SLOChunking(Policy):
     ``interactive_tenants`` limits whose decoding counts (default: every decoding stream).
 
     When even a ``min_chunk`` step is predicted over the target, no chunk size can meet it, and
-    the choice is a trade-off. Where a prefill forward has a large fixed cost (on the H200 a
-    32-token chunk beside a decode cost ~26 ms against a 6 ms decode), crawling at ``min_chunk``
-    multiplies the prompt's TTFT by its chunk count (38x alone, measured) and still misses the
-    target. Where it has almost none (a CPU: ~1.5 ms per token whatever the chunk), ``min_chunk``
-    loses little throughput and keeps the ITL lowest. So the policy takes the smallest chunk
+    the choice is a trade-off. Where a prefill forward has a large fixed cost (a GPU, where a small
+    chunk beside a decode costs several decodes), crawling at ``min_chunk`` multiplies the
+    prompt's TTFT by its chunk count and still misses the target. Where it has almost none (a
+    CPU, whose cost per token hardly depends on the chunk), ``min_chunk`` loses little
+    throughput and keeps the ITL lowest. So the policy takes the smallest chunk
     whose predicted prefill cost per token is within ``1 / infeasible_efficiency`` of the
     cheapest per-token cost over the chunk range (:meth:`StepCostModel.efficient_chunk`): past
     the knee where the fixed cost stops dominating, and no further.
@@ -55,10 +56,6 @@ class SLOChunking(Policy):
                              f"to keep when the ITL target cannot be met), got {infeasible_efficiency}")
         if not 1 <= min_chunk <= max_chunk:
             raise ValueError(f"need 1 <= min_chunk <= max_chunk, got {min_chunk}, {max_chunk}")
-        from mlxlab.core.costmodel import (
-            StepCostModel,  # numpy only: policies stay free of MLX
-        )
-
         self.itl_target_s = itl_target_s
         self.min_chunk, self.max_chunk = min_chunk, max_chunk
         self.cost_model = cost_model or StepCostModel()
@@ -79,8 +76,6 @@ class SLOChunking(Policy):
         self._records.append(record)
         del self._records[:-self.history]
         if len(self._records) >= self.min_observations and len(self._records) % self.refit_every == 0:
-            from mlxlab.core.costmodel import StepCostModel
-
             self.cost_model = StepCostModel.fit(self._records, source="online")
             self._largest_seen = max(int(r.get("prefill_tokens", 0) or 0) for r in self._records)
 

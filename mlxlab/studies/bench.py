@@ -7,7 +7,6 @@ machine hits both equally.
 
 from __future__ import annotations
 
-import random
 import statistics
 import time
 from typing import Dict, List, Sequence
@@ -16,13 +15,9 @@ import mlx.core as mx
 from mlx_lm.generate import BatchGenerator, generate_step
 
 from mlxlab.core.metrics import median_and_p99
-from mlxlab.core.presets import module_of
+from mlxlab.core.presets import model_limits, module_of
 from mlxlab.engine.loop import Engine
-
-
-def random_prompt(n: int, vocab_size: int, rng: random.Random) -> List[int]:
-    """``n`` token ids drawn uniformly from the vocabulary (throughput does not care)."""
-    return [rng.randrange(vocab_size) for _ in range(n)]
+from mlxlab.engine.warmup import random_prompt
 
 
 def window_throughput(token_times: Sequence[Sequence[float]]) -> float:
@@ -90,8 +85,7 @@ def engine_batched(model, prompts: List[List[int]], max_tokens: int, chunk_size:
 
 def _ratio(ours: List[float], theirs: List[float]) -> Dict:
     """Both sides' median/p99, the ratio of medians, and the median of the per-repeat ratios
-    (each repeat runs both sides back to back, so pairing cancels slow drift of the machine:
-    on the H200 host the same single-stream decode varied 2x between repeats)."""
+    (each repeat runs both sides back to back, so pairing cancels slow drift of the machine)."""
     a, b = median_and_p99(ours), median_and_p99(theirs)
     paired = sorted(x / y for x, y in zip(ours, theirs))
     return {"mlxlab": a, "mlx_lm": b, "ratio": a["median"] / b["median"],
@@ -106,10 +100,9 @@ def bench_engine(model, *, prompt_tokens: int = 512, decode_tokens: int = 128, b
 
     Returns a dict with, per metric, both sides' median/p99 and the ratio mlxlab / mlx-lm
     (above 1 means the engine is faster), plus whether greedy tokens agreed."""
-    vocab = getattr(model, "vocab_size", None) or module_of(model).args.vocab_size
-    rng = random.Random(seed)
-    prompt = random_prompt(prompt_tokens, vocab, rng)
-    prompts = [random_prompt(batch_prompt_tokens + 3 * i, vocab, rng) for i in range(batch)]
+    vocab = model_limits(model)[0]
+    prompt = random_prompt(prompt_tokens, vocab, seed)
+    prompts = [random_prompt(batch_prompt_tokens + 3 * i, vocab, seed + 1 + i) for i in range(batch)]
 
     # Warm up both paths (kernel compilation, allocator) before anything is timed.
     mlx_lm_single(model, prompt[:64], 4, chunk_size)
@@ -122,7 +115,7 @@ def bench_engine(model, *, prompt_tokens: int = 512, decode_tokens: int = 128, b
     prefix = {"single": [], "batched": []}  # tokens equal before the first difference, per repeat
     steps = range(repeats)
     if progress:
-        from tqdm.auto import tqdm
+        from tqdm.auto import tqdm  # notebook plumbing, optional
         steps = tqdm(steps, desc="bench engine", leave=False)
     for i in steps:
         # alternate which side goes first so slow drift in the machine hits both alike

@@ -23,8 +23,6 @@ from pathlib import Path
 
 from mlxlab.core.paths import data_dir
 
-DATA_DIR = data_dir()
-
 
 def _cfg(config: dict) -> dict:
     """Flatten VLM-style configs whose language model sits under ``text_config``."""
@@ -139,7 +137,7 @@ def measure_bandwidth(nbytes: int = 256 * 2**20, repeats: int = 10) -> dict:
     buffer would cost ~3 * nbytes of traffic on a CPU). One untimed warm-up pass.
     Returns gb_s (median over ``repeats``), best_gb_s, device, device_name, nbytes, times_s.
     """
-    import mlx.core as mx
+    import mlx.core as mx  # the only mlx in this module: the rest is arithmetic on configs
 
     x = mx.zeros((max(nbytes // 4, 1),), dtype=mx.float32)
     mx.eval(x)
@@ -163,9 +161,9 @@ def measure_bandwidth(nbytes: int = 256 * 2**20, repeats: int = 10) -> dict:
 def load_hardware_table(path=None, as_frame: bool = False):
     """Rows of ``data/hardware.csv`` as dicts (bandwidth_gb_s, memory_gb as float or None);
     a pandas DataFrame if ``as_frame``."""
-    path = Path(path) if path else DATA_DIR / "hardware.csv"
+    path = Path(path) if path else data_dir() / "hardware.csv"
     if as_frame:
-        import pandas as pd
+        import pandas as pd  # optional: only for a DataFrame
         return pd.read_csv(path)
     with open(path, newline="") as f:
         rows = list(csv.DictReader(f))

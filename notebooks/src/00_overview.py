@@ -7,7 +7,7 @@
 # `BatchGenerator`, all on the same model object in the same run. It also gathers the committed
 # benchmark results of every platform (`data/results/*/bench_engine.json`) into one figure.
 
-# %% parameters
+# %% tags=["parameters"]
 quick = True            # small sizes, few repeats (CI and `mlxlab reproduce --quick`)
 platform = None         # results folder name; None = detected (cpu, h200, ...)
 model_name = "tiny"     # preset or local model directory

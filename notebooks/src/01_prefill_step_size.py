@@ -11,7 +11,7 @@
 # study's protocol (N=3 per setting, the first request of a fresh process cold) in both orders to
 # see whether the 480-token "gain" follows the step size or the order of the runs.
 
-# %% parameters
+# %% tags=["parameters"]
 quick = True
 platform = None
 model_name = "tiny"          # small on a CPU; a seed preset with bits=4 on a GPU

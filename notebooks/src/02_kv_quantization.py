@@ -10,7 +10,7 @@
 # on a model that predicts something (mlxlab's byte-level model trained on Python source)?
 # Backends without quantized attention at some shape (mlx's CUDA backend) are detected by a probe at the model's own shape, not a crash.
 
-# %% parameters
+# %% tags=["parameters"]
 quick = True
 platform = None
 model_name = "tiny"                       # speed model; small on a CPU, a seed preset on a GPU
@@ -31,7 +31,8 @@ import pandas as pd
 import altair as alt
 from mlxlab import load_model
 from mlxlab.notebook import nb, plots, widgets
-from mlxlab.engine.kvquant import speed_sweep, crossover, quality, probe_model
+from mlxlab.engine.kvquant import probe_model
+from mlxlab.studies.kv_quant import speed_sweep, crossover, quality
 
 S = nb.setup(quick, platform, results_dir, figures_dir)
 if quick:
@@ -81,7 +82,7 @@ S.figure(speed_chart, "kv_decode_speed_vs_context")
 qpath = Path(quality_model)
 if qpath.exists():
     qmodel = load_model(str(qpath))
-    from mlxlab.train.tiny import build_corpus, heldout_prompts
+    from mlxlab.train.corpus import build_corpus, heldout_prompts
     held = build_corpus(verify=False)["heldout"]   # the split is checked by the tests; here only text is needed
     text = heldout_prompts(1, length=quality_prefix + quality_positions + 1, data=held)[0]
     qual = pd.DataFrame([quality(qmodel, text, b, prefix_tokens=quality_prefix) for b in (8, 4)

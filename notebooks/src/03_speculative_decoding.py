@@ -12,7 +12,7 @@
 # here and v the cost of the (k+1)-token verification pass in target steps (1 in the textbook
 # formula). The sliders explore that surface.
 
-# %% parameters
+# %% tags=["parameters"]
 quick = True
 platform = None
 target_path = "../data/weights/byte-target"
@@ -31,8 +31,9 @@ import pandas as pd
 import altair as alt
 from mlxlab import load_model
 from mlxlab.notebook import nb, plots, widgets
-from mlxlab.engine.speculative import speculation_study, analytic_speedup, expected_tokens_per_pass, best_k
-from mlxlab.train.tiny import build_corpus, heldout_prompts
+from mlxlab.engine.speculative import analytic_speedup, expected_tokens_per_pass, best_k
+from mlxlab.studies.speculation import speculation_study
+from mlxlab.train.corpus import build_corpus, heldout_prompts
 
 S = nb.setup(quick, platform, results_dir, figures_dir)
 if quick:

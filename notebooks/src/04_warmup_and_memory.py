@@ -11,7 +11,7 @@
 # chunk size, a new batch size)? Does the allocator cache limit change request-to-request latency
 # or peak memory? Every run here is a fresh process, so nothing is compiled before it starts.
 
-# %% parameters
+# %% tags=["parameters"]
 quick = True
 platform = None
 models = ["tiny"]                 # seed presets with bits=4 on a GPU

@@ -12,7 +12,7 @@
 # prompt, with `stall_free` and `slo` placed on the same TTFT/ITL plane. Move the slider to see
 # the chat's token timeline at each chunk size.
 
-# %% parameters
+# %% tags=["parameters"]
 quick = True
 platform = None
 model_name = "tiny"            # small on a CPU; qwen2.5-coder-1.5b with bits=4 on a GPU
@@ -31,7 +31,8 @@ import pandas as pd
 import altair as alt
 from mlxlab import load_model
 from mlxlab.notebook import nb, plots, widgets
-from mlxlab.studies.scheduling import scheduling_study, chunk_tradeoff, format_table, default_scale
+from mlxlab.studies.scheduling import scheduling_study, chunk_tradeoff, format_table
+from mlxlab.studies.scheduling_plan import default_scale
 
 S = nb.setup(quick, platform, results_dir, figures_dir)
 if quick:
@@ -39,7 +40,7 @@ if quick:
 model = load_model(model_name, bits=bits)
 cost_model = None
 if executor == "sim":
-    from mlxlab.sim.profiling import load_profile
+    from mlxlab.sim.profiles import load_profile
     cost_model = load_profile(profile_name or f"{S.platform}-{model_name}")
 
 # %% [markdown]

@@ -10,7 +10,7 @@
 # with a prefix cache of growing capacity: how many sessions stay warm, and what a warm turn's
 # TTFT is against a cold one. Each turn re-sends the whole conversation, as an agent does.
 
-# %% parameters
+# %% tags=["parameters"]
 quick = True
 platform = None
 model_name = "tiny"                  # small on a CPU; a seed preset with bits=4 on a GPU
@@ -31,7 +31,8 @@ import pandas as pd
 import altair as alt
 from mlxlab import load_model, Engine
 from mlxlab.notebook import nb, plots
-from mlxlab.engine.prefix_cache import PrefixCache, measure_restore
+from mlxlab.engine.prefix_cache import PrefixCache
+from mlxlab.studies.prefix_cache import measure_restore
 from mlxlab.core.runner import run_workload
 from mlxlab.core.workload import Workload, ChatTenant
 

@@ -9,7 +9,7 @@
 # model fitted to the case study's published figures (M4 Max, 35B hybrid MoE) to reproduce the
 # stall, the gate and the chunk-size trade-off at a scale no machine here can run.
 
-# %% parameters
+# %% tags=["parameters"]
 quick = True
 platform = None
 bandwidth_bytes = 256 * 2**20      # copy-kernel buffer
@@ -127,16 +127,17 @@ nb.verdict_table(rows)
 # ## The case study at its own scale (simulator, published profile)
 #
 # No machine here runs a 35B model on a 60k-token prompt. The simulator does, with the cost model
-# derived from the case study's own figures (`mlxlab.sim.profiling.seed001_profile`: every coefficient
+# derived from the case study's own figures (`mlxlab.sim.published.seed001_profile`: every coefficient
 # with its provenance). Each claim below says whether its figure was an input of that derivation
 # (*calibration*: a consistency check) or follows from it (*prediction*).
 
 # %%
-from mlxlab.studies import sim_validation as simstudy
-from mlxlab.sim.profiling import seed001_cost_model
+from mlxlab.sim.published import seed001_cost_model
+from mlxlab.studies import sim_charts, sim_scoring, sim_validation
+from mlxlab.studies.seed_scale import seed_scale_study
 
-study = simstudy.seed_scale_study()
-S.figure(simstudy.seed_scale_chart(study), "seed_scale")  # the figure `mlxlab seed-scale` writes
+study = seed_scale_study()
+S.figure(sim_charts.seed_scale_chart(study), "seed_scale")  # the figure `mlxlab seed-scale` writes
 claims = pd.DataFrame(study["claims"])[["name", "published", "measured", "unit", "verdict", "role"]]
 claims
 
@@ -191,7 +192,7 @@ widgets.explorer(build, controls)
 
 # %%
 from mlxlab import Engine, load_model
-from mlxlab.sim.profiling import profile_device
+from mlxlab.sim.measure import profile_device
 from mlxlab.core.runner import run_workload
 from mlxlab.sim import Simulator
 
@@ -199,7 +200,7 @@ demo_model = load_model(sim_model, dtype="float32")
 grid = dict(prefill_tokens=(16, 64, 128), contexts=(0, 384), decode_batches=(1, 2), decode_contexts=(32, 512),
             repeats=1, fill_chunk=128)
 prof = profile_device(demo_model, **grid)
-wl = simstudy.validation_workloads(demo_model, scale=0.25)["chat+long"]
+wl = sim_validation.validation_workloads(demo_model, scale=0.25)["chat+long"]
 rows = []
 for executor in (Engine(demo_model, policy="stall_free", chunk_size=128),
                  Simulator.for_model(demo_model, prof["cost_model"], policy="stall_free", chunk_size=128)):
@@ -229,7 +230,7 @@ for f in sorted((data_dir() / "results").glob("*/sim_validation*.json")):
                      "within noise rule": f"{s['passed']}/{s['n']}"})
 latest = {f.parent.name: json.loads(f.read_text()) for f in (data_dir() / "results").glob("*/sim_validation.json")}
 for plat, d in sorted(latest.items()):
-    display(simstudy.validation_chart(d["table"], title=f"simulator against engine ({plat})"))
+    display(sim_charts.validation_chart(d["table"], title=f"simulator against engine ({plat})"))
 pd.DataFrame(vals)
 
 # %%
@@ -239,5 +240,5 @@ for f in sorted(h200.glob("sim_validation*.json")):
     d = json.loads(f.read_text())
     if f.stem.endswith("_rescored") or "chat+batch/interleave" not in d.get("steps", {}).get("runs", {}):
         continue
-    modes[f.stem] = simstudy.decode_periods(d, "chat+batch/interleave", 2, max_context=6000, profile_cell="decode b2 c32")
-simstudy.decode_periods_chart(modes, title="two-row decodes on the H200: engine runs and profile shares") if modes else "no H200 validation on file"
+    modes[f.stem] = sim_scoring.decode_periods(d, "chat+batch/interleave", 2, max_context=6000, profile_cell="decode b2 c32")
+sim_charts.decode_periods_chart(modes, title="two-row decodes on the H200: engine runs and profile shares") if modes else "no H200 validation on file"

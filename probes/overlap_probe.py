@@ -1,4 +1,3 @@
-#!/usr/bin/env python3
 """Overlap probe: a chat stream decoding while a long prompt prefills, with the engine's overlap
 mode off and on, for several chunk sizes.
 
@@ -16,13 +15,16 @@ Modes: ``off`` is ``Engine(overlap=False)`` (mlx-lm's BatchGenerator behaviour u
 prefill thread with its own stream, evaluated layer by layer, layer by layer one layer ahead, or
 once per chunk.
 
+``--model`` takes several presets, comma-separated (``--long-tokens`` then one length, or one
+per model).
+
 Usage (CPU; OpenBLAS is preloaded automatically on Linux)::
 
-    python scripts/overlap_probe.py --model small --long-tokens 2048 --chunks 128,256,512,1024,2048
+    python -m probes.overlap_probe --model small --long-tokens 2048 --chunks 128,256,512,1024,2048
 
 On the H200 (the mlx CUDA bundle as scripts/h200.sh sets it up)::
 
-    PYTHONPATH=$PWD/.mlxcuda/site:$PWD MLXLAB_PLATFORM=h200 python3 scripts/overlap_probe.py \\
+    PYTHONPATH=$PWD/.mlxcuda/site:$PWD MLXLAB_PLATFORM=h200 python3 -m probes.overlap_probe \\
         --model qwen2.5-coder-1.5b --bits 4 --long-tokens 32768 --chunks 256,512,1024,2048,4096
 
 Writes ``data/results/<platform>/<name>.json`` (``--name``, default ``overlap_probe``).
@@ -30,17 +32,17 @@ Writes ``data/results/<platform>/<name>.json`` (``--name``, default ``overlap_pr
 
 from __future__ import annotations
 
-import argparse
 import os
 import random
 import statistics
 import sys
 import time
-from pathlib import Path
 
-sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
+import mlx.core as mx
+import numpy as np
 
-from mlxlab.core.environment import reexec_with_fast_blas  # noqa: E402
+from mlxlab.engine.loop import Engine
+from probes import common
 
 WARM_TOKENS = 8  # chat tokens produced before the long prompt arrives
 AFTER_TOKENS = 2  # chat tokens after the long prompt's first token, so the window's last gap closes
@@ -53,11 +55,7 @@ MODES = {
 
 
 def parse_args(argv=None):
-    p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0],
-                                formatter_class=argparse.RawDescriptionHelpFormatter)
-    p.add_argument("--model", default="small", help="preset name(s) or model directory(ies), comma-separated")
-    p.add_argument("--bits", type=int, default=None, help="quantize weights to this many bits")
-    p.add_argument("--dtype", default=None, help="float32 / bfloat16 / float16 (default: float32 on CPU, bfloat16 on GPU)")
+    p = common.parser(__doc__, "overlap_probe")
     p.add_argument("--long-tokens", default="2048", help="long prompt length (one, or one per model, comma-separated)")
     p.add_argument("--chat-prompt", type=int, default=64, help="chat prompt length")
     p.add_argument("--chat-tokens", type=int, default=64, help="minimum chat output tokens per run")
@@ -68,10 +66,8 @@ def parse_args(argv=None):
     p.add_argument("--no-warmup", action="store_true",
                    help="skip the unrecorded warm-up (the chat once, the long prompt once per chunk size and mode)")
     p.add_argument("--seed", type=int, default=0)
-    p.add_argument("--name", default="overlap_probe", help="results file name")
-    p.add_argument("--platform", default=None, help="results folder (default: detected)")
     p.add_argument("--no-save", action="store_true")
-    args = p.parse_args(argv)
+    args = common.parse(p, argv)
     args.models = [m for m in args.model.split(",") if m]
     longs = [int(x) for x in str(args.long_tokens).split(",") if x]
     if len(longs) == 1:
@@ -91,21 +87,25 @@ def _ms(x):
     return None if x is None else round(1e3 * x, 3)
 
 
-def chat_alone(model, Engine, chat_prompt, args):
+def pct(values, p):
+    return float(np.percentile(values, p)) if len(values) else float("nan")
+
+
+def chat_alone(model, chat_prompt, args):
     eng = Engine(model, policy=args.policy, chunk_size=max(args.chunk_list))
     chat = eng.submit(chat_prompt, WARM_TOKENS + args.chat_tokens)
     eng.run()
     return chat.itl_s[WARM_TOKENS - 1:]  # steady-state gaps, as in the together runs
 
 
-def long_alone(model, Engine, long_prompt, chunk, mode, args):
+def long_alone(model, long_prompt, chunk, mode, args):
     with Engine(model, policy=args.policy, chunk_size=chunk, **MODES[mode]) as eng:
         req = eng.submit(long_prompt, 1)
         eng.run()
     return req.ttft_s
 
 
-def together(model, Engine, chat_prompt, long_prompt, chunk, mode, args):
+def together(model, chat_prompt, long_prompt, chunk, mode, args):
     """The chat decodes; the long prompt arrives once the chat has WARM_TOKENS tokens. Returns
     (window gaps, long TTFT, chat tokens in the window, whether the chat ran out of tokens)."""
     max_chat = min(1 << 20, int(getattr(model, "max_context", 1 << 20)) - len(chat_prompt) - 1)
@@ -127,59 +127,51 @@ def together(model, Engine, chat_prompt, long_prompt, chunk, mode, args):
     return window, long.ttft_s, sum(t_long < t <= t_first for t in tt), chat.done
 
 
-def pct(values, p):
-    import numpy as np
+def warm_up(model, chat_prompt, long_prompt, args):
+    t = time.perf_counter()
+    chat_alone(model, chat_prompt, args)
+    for chunk in args.chunk_list:  # every chunk shape and context length once (GPU kernels JIT)
+        for mode in args.mode_list:
+            long_alone(model, long_prompt, chunk, mode, args)
+    common.log("overlap probe", f"warm-up {time.perf_counter() - t:.1f} s")
 
-    return float(np.percentile(values, p)) if len(values) else float("nan")
 
-
-def probe_model(name, long_tokens, args, log):
-    import mlx.core as mx
-
-    from mlxlab import Engine, load_model
-
-    model = load_model(name, bits=args.bits, dtype=args.dtype, seed=args.seed)
-    rng = random.Random(args.seed)
-    chat_prompt = [rng.randrange(model.vocab_size) for _ in range(args.chat_prompt)]
-    long_prompt = [rng.randrange(model.vocab_size) for _ in range(long_tokens)]
-    log(f"[overlap probe] {name}: {model.num_params / 1e6:.1f}M params, dtype={model.dtype}, bits={model.bits}, "
-        f"device={mx.default_device()}; long prompt {long_tokens}, chat {args.chat_prompt}+{args.chat_tokens}, "
-        f"chunks {args.chunk_list}, modes {args.mode_list}, repeats {args.repeats}")
-    if not args.no_warmup:
-        t = time.perf_counter()
-        chat_alone(model, Engine, chat_prompt, args)
-        for chunk in args.chunk_list:  # every chunk shape and context length once (GPU kernels JIT)
-            for mode in args.mode_list:
-                long_alone(model, Engine, long_prompt, chunk, mode, args)
-        log(f"  warm-up {time.perf_counter() - t:.1f} s")
-
-    solo_gaps = []
+def solo_chat(model, chat_prompt, args):
+    """The chat's gaps alone over the repeats, and their summary."""
+    gaps = []
     for _ in range(args.repeats):
-        solo_gaps += chat_alone(model, Engine, chat_prompt, args)
-    solo = {"itl_p50_ms": _ms(pct(solo_gaps, 50)), "itl_p99_ms": _ms(pct(solo_gaps, 99)),
-            "itl_max_ms": _ms(max(solo_gaps)), "n": len(solo_gaps)}
-    log(f"  chat alone: ITL p50 {solo['itl_p50_ms']:.2f} ms, p99 {solo['itl_p99_ms']:.2f} ms, "
-        f"max {solo['itl_max_ms']:.2f} ms")
+        gaps += chat_alone(model, chat_prompt, args)
+    solo = {"itl_p50_ms": _ms(pct(gaps, 50)), "itl_p99_ms": _ms(pct(gaps, 99)), "itl_max_ms": _ms(max(gaps)),
+            "n": len(gaps)}
+    common.log("overlap probe", f"chat alone: ITL p50 {solo['itl_p50_ms']:.2f} ms, p99 {solo['itl_p99_ms']:.2f} ms, "
+                                f"max {solo['itl_max_ms']:.2f} ms")
+    return gaps, solo
 
+
+def measure(model, chat_prompt, long_prompt, args) -> dict:
+    """(chunk, mode) -> every repeat's long-alone TTFT, together TTFT, window gaps and chat counts."""
     raw = {(c, m): {"alone": [], "ttft": [], "gaps": [], "in_window": [], "chat_done": 0}
            for c in args.chunk_list for m in args.mode_list}
     for rep in range(args.repeats):
-        for chunk in args.chunk_list:
-            for mode in args.mode_list:
-                r = raw[(chunk, mode)]
-                r["alone"].append(long_alone(model, Engine, long_prompt, chunk, mode, args))
-                gaps, ttft, n_in, chat_done = together(model, Engine, chat_prompt, long_prompt, chunk, mode, args)
-                r["gaps"] += gaps
-                r["ttft"].append(ttft)
-                r["in_window"].append(n_in)
-                r["chat_done"] += int(chat_done)
-        log(f"  repeat {rep + 1}/{args.repeats} done")
+        for (chunk, mode), r in raw.items():
+            r["alone"].append(long_alone(model, long_prompt, chunk, mode, args))
+            gaps, ttft, n_in, chat_done = together(model, chat_prompt, long_prompt, chunk, mode, args)
+            r["gaps"] += gaps
+            r["ttft"].append(ttft)
+            r["in_window"].append(n_in)
+            r["chat_done"] += int(chat_done)
+        common.log("overlap probe", f"repeat {rep + 1}/{args.repeats} done")
+    return raw
 
+
+def summarize(name, long_tokens, raw, solo_gaps, args) -> list:
+    """One row per chunk size and mode: the chat's window ITL against alone, the long TTFT against
+    alone in the same mode, against overlap off at that chunk, and against the best chunk off."""
+    off = "off" in args.mode_list
+    best_alone = min(statistics.median(raw[(c, "off")]["alone"]) for c in args.chunk_list) if off else None
     rows = []
-    best_alone = min(statistics.median(raw[(c, "off")]["alone"]) for c in args.chunk_list) \
-        if "off" in args.mode_list else None
     for chunk in args.chunk_list:
-        off_alone = statistics.median(raw[(chunk, "off")]["alone"]) if "off" in args.mode_list else None
+        off_alone = statistics.median(raw[(chunk, "off")]["alone"]) if off else None
         for mode in args.mode_list:
             r = raw[(chunk, mode)]
             alone, ttft = statistics.median(r["alone"]), statistics.median(r["ttft"])
@@ -197,9 +189,26 @@ def probe_model(name, long_tokens, args, log):
                 "chat_ran_out": r["chat_done"],
                 "long_ttft_s_runs": r["ttft"], "long_alone_ttft_s_runs": r["alone"],
             })
+    return rows
+
+
+def probe_model(name, long_tokens, args):
+    model = common.load(args, name)
+    rng = random.Random(args.seed)
+    chat_prompt = [rng.randrange(model.vocab_size) for _ in range(args.chat_prompt)]
+    long_prompt = [rng.randrange(model.vocab_size) for _ in range(long_tokens)]
+    common.log("overlap probe", f"{name}: {model.num_params / 1e6:.1f}M params, dtype={model.dtype}, "
+               f"bits={model.bits}, device={mx.default_device()}; long prompt {long_tokens}, chat "
+               f"{args.chat_prompt}+{args.chat_tokens}, chunks {args.chunk_list}, modes {args.mode_list}, "
+               f"repeats {args.repeats}")
+    if not args.no_warmup:
+        warm_up(model, chat_prompt, long_prompt, args)
+    solo_gaps, solo = solo_chat(model, chat_prompt, args)
+    raw = measure(model, chat_prompt, long_prompt, args)
     return {"model": {"name": name, "dtype": str(model.dtype), "bits": model.bits,
                       "num_params": model.num_params},
-            "long_tokens": long_tokens, "chat_alone": solo, "rows": rows}
+            "long_tokens": long_tokens, "chat_alone": solo,
+            "rows": summarize(name, long_tokens, raw, solo_gaps, args)}
 
 
 def format_table(results) -> str:
@@ -229,26 +238,18 @@ def format_table(results) -> str:
 
 
 def main(argv=None) -> int:
-    reexec_with_fast_blas()
     args = parse_args(argv)
-    from mlxlab.core.results import save_results
-
-    def log(line):
-        print(line, flush=True)
-
-    t0 = time.perf_counter()
     load_before = os.getloadavg()
     if load_before[0] > 0.5 * (os.cpu_count() or 1):
-        log(f"warning: load average {load_before[0]:.1f} on {os.cpu_count()} CPUs: other processes compete "
-            f"with the probe's threads; CPU timings will be inflated")
-    results = [probe_model(m, n, args, log) for m, n in zip(args.models, args.longs)]
+        common.log("overlap probe", f"warning: load average {load_before[0]:.1f} on {os.cpu_count()} CPUs: other "
+                   f"processes compete with the probe's threads; CPU timings will be inflated")
+    results = [probe_model(m, n, args) for m, n in zip(args.models, args.longs)]
     print(format_table(results))
     if not args.no_save:
-        payload = {"config": {k: v for k, v in vars(args).items() if k not in ("models", "longs")},
-                   "cpu_threads": os.cpu_count(), "wall_s": time.perf_counter() - t0,
-                   "loadavg_before": load_before, "loadavg_after": os.getloadavg(), "results": results}
-        path = save_results(args.name, payload, platform=args.platform)
-        print(f"wrote {path}")
+        config = {k: v for k, v in vars(args).items() if k not in ("models", "longs", "started")}
+        common.save(args, "overlap_probe", {"config": config, "cpu_threads": os.cpu_count(),
+                                            "loadavg_before": load_before, "loadavg_after": os.getloadavg(),
+                                            "results": results})
     return 0
 
 

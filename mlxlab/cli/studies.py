@@ -1,0 +1,260 @@
+"""``mlxlab bench`` (``engine``, ``scheduling``, ``speculation``) and ``mlxlab train-tiny``.
+
+Building the parser and importing this module load no MLX: the studies are imported when a
+command runs (after :func:`mlxlab.cli.main` has re-executed with the fast BLAS), and the few
+defaults that live beside MLX code are read when the parser is built.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+from pathlib import Path
+
+from mlxlab.cli.common import add_model_arguments
+from mlxlab.core.environment import mlx_env
+from mlxlab.core.results import results_dir, save_results
+from mlxlab.train.corpus import build_corpus, heldout_prompts, split_path, write_split
+
+# `bench scheduling --quick`: these chunk sizes and repeats, half the prompt scale
+QUICK = {"chunk_sizes": [128, 512, 2048], "repeats": 3}
+
+
+def register(sub: argparse._SubParsersAction) -> None:
+    """Add ``bench`` (with ``engine`` / ``scheduling`` / ``speculation``) and ``train-tiny`` to the
+    ``mlxlab`` command's subcommands."""
+    bench = sub.add_parser("bench", help="side-by-side benchmarks against mlx-lm")
+    bsub = bench.add_subparsers(dest="what", required=True)
+    _add_bench_engine(bsub.add_parser(
+        "engine", help="single-stream and batched throughput vs generate_step / BatchGenerator"))
+    _add_bench_scheduling(bsub.add_parser(
+        "scheduling", help="the seed-001 stall and its fixes on the engine, beside BatchGenerator"))
+    sp = bsub.add_parser("speculation", help="speculative decoding with the trained byte-level pair")
+    add_speculate_arguments(sp)
+    sp.set_defaults(func=cli_speculate)
+    tt = sub.add_parser("train-tiny", help="train the byte-level target/draft pair on the stdlib corpus")
+    add_train_arguments(tt)
+    tt.set_defaults(func=cli_train)
+
+
+def _model_record(preset: str, model) -> dict:
+    return {"preset": preset, "dtype": str(model.dtype), "bits": model.bits,
+            "num_params": model.num_params, "nbytes": model.nbytes}
+
+
+# ----------------------------------------------------------------------------- bench engine
+
+
+def _add_bench_engine(be: argparse.ArgumentParser) -> None:
+    be.add_argument("--models", nargs="+", default=["small"], help="presets or local model directories")
+    be.add_argument("--bits", type=int, default=None, help="quantize weights to this many bits")
+    be.add_argument("--dtype", default=None, help="float32 / bfloat16 / float16 (default: by device)")
+    be.add_argument("--prompt-tokens", type=int, default=512)
+    be.add_argument("--decode-tokens", type=int, default=128)
+    be.add_argument("--batch", type=int, default=8)
+    be.add_argument("--chunk-size", type=int, default=2048)
+    be.add_argument("--repeats", type=int, default=5)
+    be.add_argument("--platform", default=None, help="results folder name (default: detected)")
+    be.add_argument("--name", default="bench_engine", help="results file name")
+    be.set_defaults(func=cli_bench_engine)
+
+
+def cli_bench_engine(args: argparse.Namespace) -> int:
+    # mlx: the studies are imported when their command runs
+    from mlxlab.engine.models import load_model
+    from mlxlab.studies.bench import bench_engine
+
+    out = {"presets": {}}
+    for preset in args.models:
+        model = load_model(preset, bits=args.bits, dtype=args.dtype)
+        print(f"[bench engine] {preset}: {model.num_params / 1e6:.1f}M params, {model.nbytes / 2**20:.1f} MiB, "
+              f"dtype={model.dtype}, bits={model.bits}", flush=True)
+        res = bench_engine(model, prompt_tokens=args.prompt_tokens, decode_tokens=args.decode_tokens,
+                           batch=args.batch, chunk_size=args.chunk_size, repeats=args.repeats)
+        res["model"] = _model_record(preset, model)
+        out["presets"][preset] = res
+        for k in ("single_prefill_tok_s", "single_decode_tok_s", "batched_decode_tok_s"):
+            r = res[k]
+            print(f"  {k:22s} mlxlab {r['mlxlab']['median']:10.1f}  mlx-lm {r['mlx_lm']['median']:10.1f}"
+                  f"  ratio {r['ratio']:.3f}  paired {r['paired_ratio_median']:.3f}", flush=True)
+        print(f"  greedy tokens agree: {res['greedy_tokens_agree']}, "
+              f"common prefix (min): {res['greedy_common_prefix_min']}", flush=True)
+        # written after every preset, so a run cut short by a time limit keeps what it measured
+        path = save_results(args.name, out, platform=args.platform)
+    print(f"wrote {path}")
+    return 0
+
+
+# ----------------------------------------------------------------------------- bench scheduling
+
+
+def _add_bench_scheduling(bs: argparse.ArgumentParser) -> None:
+    add_model_arguments(bs)
+    bs.add_argument("--quick", action="store_true",
+                    help="half the prompt scale, chunks 128/512/2048, 3 repeats (about 1 minute on a CPU with tiny)")
+    bs.add_argument("--repeats", type=int, default=None, help="runs per configuration (default 3)")
+    bs.add_argument("--scale", type=float, default=None,
+                    help="long prompts are 16k-32k tokens times this (default: 1 on a GPU, 1/16 on a CPU, "
+                         "less where the model's context is shorter)")
+    bs.add_argument("--chunk-sizes", type=int, nargs="+", default=None)
+    bs.add_argument("--workers", type=int, nargs="+", default=[1, 2, 4])
+    bs.add_argument("--policies", nargs="+", default=None,
+                    help="subset of interleave mlx_lm admission_gate stall_free slo overlap")
+    bs.add_argument("--stall-chunk", type=int, default=2048)
+    bs.add_argument("--gate-chunk", type=int, default=512)
+    bs.add_argument("--slo-min-chunk", type=int, default=32,
+                    help="smallest chunk slo may choose (on a CPU a 32-token chunk alone can exceed its ITL target)")
+    bs.add_argument("--slo-chunk-multiple", type=int, default=1,
+                    help="slo rounds its chunks down to multiples of this (fewer shapes for a backend that "
+                         "prepares work per query length, e.g. mlx CUDA)")
+    bs.add_argument("--seed", type=int, default=0)
+    bs.add_argument("--quiet", action="store_true", help="no line per run")
+    bs.add_argument("--platform", default=None, help="results folder name (default: detected)")
+    bs.add_argument("--name", default="scheduling", help="results file name")
+    bs.set_defaults(func=cli_bench_scheduling)
+
+
+def _jsonl_appender(path: Path):
+    """A callback that appends each row to ``path`` as one JSON line (the file starts empty)."""
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_text("")
+
+    def append(row: dict) -> None:
+        with path.open("a") as f:
+            f.write(json.dumps(row, default=str) + "\n")
+
+    return append
+
+
+def cli_bench_scheduling(args: argparse.Namespace) -> int:
+    # mlx: the studies are imported when their command runs
+    from mlxlab.engine.models import load_model
+    from mlxlab.studies.scheduling import format_table, scheduling_study
+    from mlxlab.studies.scheduling_plan import ALL_POLICIES, default_scale
+
+    model = load_model(args.model, bits=args.bits, dtype=args.dtype)
+    scale = args.scale or (default_scale(model) / 2 if args.quick else default_scale(model))
+    chunk_sizes = args.chunk_sizes or (QUICK["chunk_sizes"] if args.quick else [256, 512, 1024, 2048])
+    repeats = args.repeats or (QUICK["repeats"] if args.quick else 3)
+    print(f"[bench scheduling] {args.model}: {model.num_params / 1e6:.1f}M params, dtype={model.dtype}, "
+          f"bits={model.bits}; scale {scale:.4g}, chunks {chunk_sizes}, workers {args.workers}, "
+          f"repeats {repeats}", flush=True)
+    on_run = _jsonl_appender(results_dir(args.platform) / f"{args.name}_runs.jsonl")  # every run as it ends
+    study = scheduling_study(model, platform_scale=scale, policies=args.policies or ALL_POLICIES,
+                             chunk_sizes=chunk_sizes, workers=args.workers, repeats=repeats,
+                             stall_chunk=args.stall_chunk, gate_chunk=args.gate_chunk, seed=args.seed,
+                             slo_min_chunk=args.slo_min_chunk, slo_chunk_multiple=args.slo_chunk_multiple,
+                             log=None if args.quiet else (lambda line: print(line, flush=True)), on_run=on_run)
+    study["model"] = _model_record(args.model, model)
+    study["config"]["quick"] = bool(args.quick)
+    # backend switches change what is measured (e.g. MLX_CUDA_USE_CUDNN_SDPA=0): keep them with it
+    study["config"]["mlx_env"], study["config"]["mlx_env_warnings"] = mlx_env()
+    print(format_table(study))
+    path = save_results(args.name, study, platform=args.platform)
+    print(f"wrote {path} ({study['wall_s']:.0f} s)")
+    return 0
+
+
+# ----------------------------------------------------------------------------- bench speculation
+
+
+def add_speculate_arguments(parser: argparse.ArgumentParser) -> None:
+    """Arguments of ``mlxlab bench speculation``."""
+    # mlx: read when the parser is built (after main()'s re-exec), not when this module is imported
+    from mlxlab.studies.speculation import DEFAULT_KS
+
+    parser.add_argument("--target", default=None, help="model directory (default: data/weights/byte-target)")
+    parser.add_argument("--draft", default=None, help="model directory (default: data/weights/byte-draft)")
+    parser.add_argument("--ks", type=int, nargs="+", default=list(DEFAULT_KS))
+    parser.add_argument("--prompts", type=int, default=16, help="held-out code prompts")
+    parser.add_argument("--prompt-len", type=int, default=96,
+                        help="bytes per prompt (held-out code, ending mid-line)")
+    parser.add_argument("--seed", type=int, default=1, help="prompt selection seed")
+    parser.add_argument("--max-tokens", type=int, default=64,
+                        help="prompt + max tokens should stay within the 256 bytes the models were trained on")
+    parser.add_argument("--repeats", type=int, default=3)
+    parser.add_argument("--no-mlx-lm", action="store_true", help="skip mlx-lm's speculative_generate_step")
+    parser.add_argument("--platform", default=None, help="results folder name (default: detected)")
+    parser.add_argument("--name", default="speculation", help="results file name")
+
+
+def cli_speculate(args: argparse.Namespace) -> int:
+    # mlx: the studies are imported when their command runs
+    from mlxlab.engine.models import load_model
+    from mlxlab.studies.speculation import (
+        format_study,
+        speculation_study,
+        teacher_forced_agreement,
+    )
+    from mlxlab.train.tiny import DRAFT_PRESET, TARGET_PRESET, weights_dir
+
+    target = load_model(args.target or weights_dir() / TARGET_PRESET)
+    draft = load_model(args.draft or weights_dir() / DRAFT_PRESET)
+    held = build_corpus(verify=False)["heldout"]
+    prompts = heldout_prompts(args.prompts, length=args.prompt_len, seed=args.seed, data=held, midline=True)
+    study = speculation_study(target, draft, prompts, ks=args.ks, max_tokens=args.max_tokens,
+                              repeats=args.repeats, mlx_lm=not args.no_mlx_lm,
+                              log=lambda s: print(s, flush=True))
+    study["teacher_forced"] = teacher_forced_agreement(target, draft, held, max_windows=128)
+    print(f"teacher-forced greedy agreement on held-out code: {study['teacher_forced']['agreement']:.3f}")
+    study["models"] = {"target": target.name, "draft": draft.name,
+                       "target_params": target.num_params, "draft_params": draft.num_params}
+    print(format_study(study))
+    path = save_results(args.name, study, platform=args.platform)
+    print(f"wrote {path}")
+    return 0
+
+
+# ----------------------------------------------------------------------------- train-tiny
+
+
+def add_train_arguments(parser: argparse.ArgumentParser) -> None:
+    """Arguments of ``mlxlab train-tiny``."""
+    # mlx: read when the parser is built (after main()'s re-exec), not when this module is imported
+    from mlxlab.train.tiny import DRAFT_PRESET, TARGET_PRESET
+
+    parser.add_argument("--models", nargs="+", default=[TARGET_PRESET, DRAFT_PRESET],
+                        help="presets to train (default: byte-target byte-draft)")
+    parser.add_argument("--steps", type=int, default=None, help="default: per-model recipe")
+    parser.add_argument("--seq-len", type=int, default=None)
+    parser.add_argument("--batch", type=int, default=None)
+    parser.add_argument("--lr", type=float, default=None)
+    parser.add_argument("--warmup", type=int, default=None)
+    parser.add_argument("--seed", type=int, default=None)
+    parser.add_argument("--out", default=None,
+                        help="weights folder (default: data/weights); each model goes to OUT/<preset>")
+    parser.add_argument("--log", default=None, help="JSONL log (default: OUT/train_log.jsonl, appended)")
+    parser.add_argument("--eval-every", type=int, default=100)
+    parser.add_argument("--eval-windows", type=int, default=256,
+                        help="held-out windows of seq-len bytes scored at the end (0: all)")
+    parser.add_argument("--no-verify", action="store_true",
+                        help="train on this interpreter's stdlib even if it differs from data/corpus/split.json")
+    parser.add_argument("--write-split", action="store_true",
+                        help="(re)record data/corpus/split.json from this interpreter, then train")
+
+
+def cli_train(args: argparse.Namespace) -> int:
+    # mlx: the trainer is imported when its command runs
+    from mlxlab.train.tiny import (
+        DEFAULT_RECIPES,
+        TARGET_PRESET,
+        train_tiny,
+        weights_dir,
+    )
+
+    if args.write_split:
+        rec = write_split()
+        print(f"[train-tiny] wrote {split_path()}: {rec['num_files']} files, {rec['bytes']} bytes")
+    corpus = build_corpus(verify=not args.no_verify)
+    print(f"[train-tiny] corpus ({corpus['meta']['python']}): train {len(corpus['train'])} bytes, "
+          f"held-out {len(corpus['heldout'])} bytes", flush=True)
+    out_root = Path(args.out) if args.out else weights_dir()
+    log_path = Path(args.log) if args.log else out_root / "train_log.jsonl"
+    for name in args.models:
+        r = dict(DEFAULT_RECIPES.get(name, DEFAULT_RECIPES[TARGET_PRESET]))
+        for k in ("steps", "seq_len", "batch", "lr", "warmup", "seed"):
+            if getattr(args, k, None) is not None:
+                r[k] = getattr(args, k)
+        train_tiny(name, out_dir=out_root / name, log_path=log_path, corpus=corpus, eval_every=args.eval_every,
+                   final_eval_windows=args.eval_windows or None, print_fn=lambda s: print(s, flush=True), **r)
+    return 0

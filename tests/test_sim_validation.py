@@ -1,0 +1,177 @@
+"""The simulator studies: the validation against the engine on ``tiny`` (its scoring rule, its
+rescoring from the saved file alone), the scoring on hand-made numbers, the saved step rows, and
+seed 001 at its own scale on the published profile. Nothing here asserts how fast a run was:
+the engine's side is whatever this machine measured, the checks are that every row follows from
+its runs by the rule."""
+
+import argparse
+import json
+import math
+
+import numpy as np
+import pytest
+
+from mlxlab import load_model
+from mlxlab.cli.sim import register
+from mlxlab.core.results import jsonable
+from mlxlab.core.workload import BatchTenant, ChatTenant, Workload
+from mlxlab.sim.published import seed001_cost_model
+from mlxlab.studies.seed_scale import format_claims, seed_scale_study
+from mlxlab.studies.sim_scoring import (
+    METRICS,
+    STEP_COLUMNS,
+    decode_periods,
+    profile_shares,
+    rescore_validation,
+    score,
+    score_config,
+)
+from mlxlab.studies.sim_validation import plan_validation, validate_simulator
+
+
+@pytest.fixture(scope="module")
+def tiny():
+    return load_model("tiny", dtype="float32")
+
+
+def test_validation_on_tiny_scores_every_row_by_the_noise_derived_rule(tiny, tmp_path):
+    """Quick mode: one small workload, one policy, 3 engine repeats, a profile share before each.
+    The rule (mlxlab.studies.sim_scoring): tolerance = max(10%, 3 x the engine's run-to-run
+    coefficient of variation); every row's numbers follow from its runs, and the saved file
+    alone scores the simulator's side again exactly."""
+    wl = Workload([ChatTenant(sessions=1, turns=1, first_prompt_tokens=64, output_tokens=24, think_time_s=0.0),
+                   BatchTenant(workers=1, requests=1, prompt_tokens=512, output_tokens=6)],
+                  vocab_size=tiny.vocab_size, seed=0, max_context=tiny.max_context)
+    grid = dict(prefill_tokens=(16, 64, 128), contexts=(0, 384), decode_batches=(1, 2), decode_contexts=(32, 512),
+                repeats=1, fill_chunk=128)
+    res = validate_simulator(tiny, {"chat+long": wl}, policies=("interleave",), repeats=3, chunk_size=128,
+                             profile_grid=grid, save=False)
+    rows = res["table"]
+    assert len(rows) == 6 and {r["metric"] for r in rows} == {"ttft_p50_s", "itl_p50_s", "itl_p99_s"}
+    for r in rows:
+        assert len(r["engine_runs"]) == 3 and len(r["sim_runs"]) == 3  # 3 repeats, 3 profile shares
+        assert r["engine"] == pytest.approx(float(np.median(r["engine_runs"])))
+        assert r["sim"] == pytest.approx(float(np.median(r["sim_runs"])))
+        assert r["rel_error"] == pytest.approx(abs(r["sim"] - r["engine"]) / r["engine"])
+        assert r["noise"] == pytest.approx(float(np.std(r["engine_runs"], ddof=1) / np.mean(r["engine_runs"])))
+        assert r["tolerance"] >= 0.10 and r["tolerance"] == pytest.approx(max(0.10, 3 * r["noise"]))
+        assert r["passed"] == (r["rel_error"] <= r["tolerance"])
+        assert len(r["paired_errors"]) == 3
+    assert all(r["sim"] > 0 and r["engine"] > 0 for r in rows)
+    assert res["passed"] == all(r["passed"] for r in rows)
+    assert sum(s["passed"] for s in res["summary"].values()) == sum(r["passed"] for r in rows)
+    # a lone chat before each profile share and each engine run, and the simulator's on each share
+    assert [(x["before"], x["repeat"]) for x in res["sentinels"]["runs"]] == \
+        [(b, r) for r in range(3) for b in ("profile", "chat+long/interleave")]
+    assert all(x["itl_p50_s"] > 0 for x in res["sentinels"]["runs"]) and len(res["sentinels"]["sim"]) == 3
+    # the profile: three shares, each fitted alone, their records kept with their share
+    prof = res["profile"]
+    assert len(prof["share_coefficients"]) == 3 and {r["share"] for r in prof["records"]} == {0, 1, 2}
+    assert all(v >= 0 for c in prof["share_coefficients"] for v in c.values() if v is not None)
+    assert res["steps"]["columns"] == list(STEP_COLUMNS)
+    assert len(res["steps"]["runs"]["chat+long/interleave"]["engine"]) == 3
+    assert set(res["periods"]["chat+long/interleave"]) == {"engine", "sim"}
+    # scored again from the saved file alone (no model): this version refits the same shares and
+    # simulates the same workloads, so every simulator value comes back exactly
+    saved = json.loads(json.dumps(jsonable(res)))
+    again = rescore_validation(saved)
+    assert [(r["metric"], r["tenant"]) for r in again["table"]] == [(r["metric"], r["tenant"]) for r in rows]
+    assert [r["sim"] for r in again["table"]] == pytest.approx([r["sim"] for r in rows], rel=1e-9)
+    assert [r["sim_saved"] for r in again["table"]] == [r["sim"] for r in rows]
+    # and through the command line: `mlxlab validate-sim --rescore FILE` writes FILE_rescored.json
+    src = tmp_path / "sim_validation.json"
+    src.write_text(json.dumps(saved))
+    p = argparse.ArgumentParser()
+    register(p.add_subparsers(dest="cmd"))
+    args = p.parse_args(["validate-sim", "--rescore", str(src), "--quiet"])
+    assert args.func(args) == (0 if all(r["passed"] for r in again["table"]) else 1)
+    written = json.loads((tmp_path / "sim_validation_rescored.json").read_text())
+    assert [r["sim"] for r in written["table"]] == pytest.approx([r["sim"] for r in rows], rel=1e-9)
+
+
+def test_score_holds_a_quiet_metric_to_10_percent_and_a_noisy_one_to_its_noise():
+    quiet = score([1.0, 1.0, 1.0], [1.05, 1.08, 1.0])
+    assert quiet["engine"] == 1.0 and quiet["sim"] == 1.05 and quiet["noise"] == 0
+    assert quiet["tolerance"] == 0.10 and quiet["passed"] and quiet["paired_errors"] == pytest.approx([0.05, 0.08, 0])
+    assert not score([1.0, 1.0, 1.0], [1.2])["passed"]
+    noisy = score([1.0, 1.5, 0.5], [2.0])  # noise 0.5: tolerance 1.5, error 1.0
+    assert noisy["noise"] == pytest.approx(0.5) and noisy["tolerance"] == pytest.approx(1.5) and noisy["passed"]
+    assert noisy["paired_errors"] is None  # one simulator run does not pair with three repeats
+    assert score([float("nan"), 1.0, 1.0], [1.0])["engine_runs"] == [1.0, 1.0]  # a missing repeat is left out
+    assert score([float("nan")], [1.0]) is None and score([1.0, 1.0], [float("nan")]) is None
+    one = score([2.0], [2.1])  # a single repeat has no noise: 10%
+    assert math.isnan(one["noise"]) and one["tolerance"] == 0.10 and one["passed"]
+
+
+def test_score_config_gives_a_row_per_tenant_and_metric():
+    def summary(ttft, itl50, itl99):
+        t = {"ttft_s": {"p50": ttft}, "itl_s": {"p50": itl50, "p99": itl99}}
+        return {"all": t, "chat": t, "batch": {"ttft_s": {"p50": 2 * ttft}, "itl_s": {"p50": None, "p99": None}}}
+
+    eng = [summary(0.10, 0.010, 0.020), summary(0.11, 0.011, 0.021), summary(0.09, 0.012, 0.022)]
+    rows = score_config("w", "p", eng, [summary(0.10, 0.011, 0.030)])
+    assert [(r["tenant"], r["metric"]) for r in rows] == [("chat", m[2]) for m in METRICS] + [("batch", "ttft_p50_s")]
+    assert [r["passed"] for r in rows] == [True, True, False, True]
+    assert all(r["workload"] == "w" and r["policy"] == "p" for r in rows)
+
+
+def test_plan_validation_takes_a_given_profile_or_plans_a_grid_around_the_runs(tiny):
+    wl = Workload([ChatTenant(sessions=1, turns=1, first_prompt_tokens=64, output_tokens=8, think_time_s=0.0),
+                   BatchTenant(workers=1, requests=1, prompt_tokens=512, output_tokens=2)],
+                  vocab_size=tiny.vocab_size, seed=0, max_context=tiny.max_context)
+    with pytest.raises(ValueError, match="repeats"):
+        plan_validation(tiny, {"w": wl}, ("interleave",), 1)
+    cm = seed001_cost_model()
+    given = plan_validation(tiny, {"w": wl}, ("interleave",), 2, profile={"cost_model": cm.as_dict()}, say=print)
+    assert not given.measure_profile and given.cost_model.coef.tolist() == cm.coef.tolist()
+    planned = plan_validation(tiny, {"w": wl}, ("interleave",), 2, chunk_size=128, say=lambda s: None)
+    assert planned.measure_profile and planned.profile_grid["fill_chunk"] == 128
+    assert 128 in planned.profile_grid["prefill_tokens"] and planned.profile_grid["repeats"] == 1
+    assert max(planned.profile_grid["contexts"]) == 512 - 128  # before the longest prompt's last chunk
+
+
+def test_decode_periods_picks_the_unchanged_decodes_of_a_batch_size():
+    """From a validation's saved steps: decode-only steps of the asked batch that changed nothing,
+    their period to the next step, per run; a step followed by a wait for an arrival, a change,
+    another batch size or a larger context is left out. The profile cell's records per share."""
+    def step(t, phase, b, ctx, joined=0, end=None):
+        d = dict(start_s=t, end_s=end if end is not None else t + 0.001, phase=phase, decode_batch=b,
+                 decode_context_tokens=ctx, prefill_tokens=0, prefill_context_tokens=0, chunks=0, joined=joined,
+                 dropped=0, fused=False)
+        return [d[c] for c in STEP_COLUMNS]
+
+    run = [step(0.000, "decode", 2, 100, joined=1, end=0.009), step(0.010, "decode", 2, 102, end=0.017),
+           step(0.018, "decode", 2, 104, end=0.029), step(0.030, "decode", 2, 9000, end=0.039),
+           step(0.040, "decode", 2, 106, end=0.041), step(0.100, "decode", 4, 200, end=0.119),
+           step(0.120, "mixed", 2, 108)]
+    res = {"steps": {"columns": list(STEP_COLUMNS), "runs": {"w/p": {"engine": [run], "sim": [run[:3]]}}},
+           "profile": {"records": [{"cell": "decode b2 c32", "duration_s": 0.007, "share": 0},
+                                   {"cell": "decode b1 c32", "duration_s": 0.005, "share": 0},
+                                   {"cell": "decode b2 c32", "duration_s": 0.012, "share": 1}]}}
+    got = decode_periods(res, "w/p", 2, max_context=6000, profile_cell="decode b2 c32")
+    assert got["engine"] == [pytest.approx([0.008, 0.012])]
+    assert got["sim"] == [pytest.approx([0.008])]
+    assert got["profile"] == [[0.007], [0.012]]
+
+
+def test_profile_shares_split_by_share_or_where_the_grid_comes_round():
+    tagged = [{"cell": c, "share": s} for s in (0, 1) for c in ("a", "b")]
+    assert profile_shares(tagged) == [tagged[:2], tagged[2:]]
+    untagged = [{"cell": c} for _ in range(3) for c in ("a", "b", "b")]
+    assert [len(s) for s in profile_shares(untagged)] == [3, 3, 3]
+    assert profile_shares([]) == [[]]
+
+
+def test_seed_scale_study_reproduces_the_published_figures():
+    """The case study's figures from the published profile (deterministic: no device): every
+    claim reproduced, the calibration ones and the predictions; the decode-window gate runs by
+    its registered name."""
+    res = seed_scale_study(chunk_sizes=(512, 1024, 2048), stall_free_budgets=(512,), slo_targets_s=(0.5,))
+    assert len(res["claims"]) == 10
+    assert {c["verdict"] for c in res["claims"]} == {"reproduced"}, format_claims(res)
+    assert {c["role"] for c in res["claims"]} == {"calibration", "prediction"}
+    assert [p["policy"] for p in res["plane"]] == ["interleave"] * 3 + ["stall_free", "slo", "admission_gate",
+                                                                       "admission_gate", "admission_gate_window"]
+    assert res["floor_s"] == pytest.approx(44.0, rel=0.05)
+    windowed = res["crawl"]["gate + 1 s decode window"]
+    assert windowed["window_gaps"] > 0 and res["crawl"]["no gate (interleave)"]["window_gaps"] >= 0
