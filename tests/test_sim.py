@@ -4,10 +4,9 @@ and the seed-001 study: tests/test_sim_validation.py."""
 
 import random
 
-import numpy as np
 import pytest
 
-from mlxlab import Engine, load_model
+from mlxlab import Engine
 from mlxlab.core.costmodel import FEATURES, StepCostModel, features
 from mlxlab.sim.fit import fit_cost_model
 from mlxlab.sim import Simulator, simulate
@@ -15,11 +14,6 @@ from mlxlab.core.workload import BatchTenant, ChatTenant, Workload
 
 HAND = StepCostModel.from_coefficients({"decode_step": 0.010, "decode_batch": 0.001, "prefill_chunks": 0.100,
                                         "prefill_tokens": 0.001}, n_obs=1, source="hand")
-
-
-@pytest.fixture(scope="module")
-def tiny():
-    return load_model("tiny", dtype="float32")
 
 
 def test_hand_computed_packed_steps_under_stall_free():
