@@ -9,6 +9,7 @@ import jupytext
 import nbformat
 import pytest
 
+from mlxlab.core.claims import load_claims
 from mlxlab.notebook import nb as nbmod
 from mlxlab.notebook.reproduce import NOTEBOOKS, ReproduceError, list_notebooks, reproduce
 
@@ -49,7 +50,13 @@ def test_notebook_runs_in_quick_mode(path, tmp_path):
     assert not errors
     results = list((tmp_path / "results").glob("*.json"))
     assert results, "a notebook writes its measurements"
-    assert all("environment" in json.loads(p.read_text()) for p in results)
+    docs = [json.loads(p.read_text()) for p in results]
+    assert all("environment" in d and "parameters" in d for d in docs)
+    # the verdicts are stored with the results, and every claim this notebook is named to test
+    # in data/claims is decided there (a verdict computed after saving would be lost)
+    decided = {v["claim"] for d in docs for v in d.get("verdicts", [])}
+    owed = {c.id for c in load_claims().values() if c.notebook == path.stem}
+    assert owed <= decided, f"{path.name} stores no verdict for {sorted(owed - decided)}"
 
 
 def test_a_failing_notebook_is_named_with_its_cell(tmp_path):
@@ -64,6 +71,8 @@ def test_a_failing_notebook_is_named_with_its_cell(tmp_path):
         reproduce(notebooks_dir=tmp_path, out_dir=tmp_path / "out", progress=False)
 
 
-def test_verdicts_outside_the_four_are_refused():
+def test_verdict_table_refuses_unknown_verdicts_and_claims():
     with pytest.raises(ValueError, match="verdict"):
-        nbmod.verdict_table([{"claim": "c", "published": "p", "measured": "m", "verdict": "sort of", "evidence": "e"}])
+        nbmod.verdict_table([{"claim": "s000-step-decode", "measured": 1, "verdict": "sort of", "rule": "r", "fairness": "f"}])
+    with pytest.raises(KeyError, match="no claim"):
+        nbmod.verdict_table([{"claim": "made-up", "measured": 1, "verdict": "reproduced", "rule": "r", "fairness": "f"}])

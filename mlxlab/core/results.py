@@ -12,7 +12,7 @@ import json
 import math
 import subprocess
 from pathlib import Path
-from typing import Any, Optional, Union
+from typing import Any, Optional, Sequence, Union
 
 from mlxlab.core.environment import device_summary, platform_name
 from mlxlab.core.paths import data_dir
@@ -22,19 +22,37 @@ def results_dir(platform: Optional[str] = None) -> Path:
     return data_dir() / "results" / (platform or platform_name())
 
 
-def _git_commit() -> Optional[str]:
+def _git(*args: str) -> Optional[str]:
     try:
-        out = subprocess.run(["git", "rev-parse", "--short", "HEAD"], capture_output=True, text=True,
+        out = subprocess.run(["git", *args], capture_output=True, text=True,
                              cwd=Path(__file__).resolve().parent, timeout=5)
-        return out.stdout.strip() or None
+        return out.stdout if out.returncode == 0 else None
     except Exception:
         return None
 
 
+def _git_commit() -> Optional[str]:
+    out = _git("rev-parse", "--short", "HEAD")
+    return out.strip() if out else None
+
+
+def _git_dirty() -> Optional[bool]:
+    """Whether tracked code differed from the commit when the result was written (results and
+    figures under data/ and paper/ do not count: a run that rewrites them is not a dirty run)."""
+    out = _git("status", "--porcelain", "--untracked-files=no", "--", ".", ":!data", ":!paper")
+    return None if out is None else bool(out.strip())
+
+
 def environment_block(platform: Optional[str] = None) -> dict:
     """Where and with what a measurement ran: :func:`~mlxlab.core.environment.device_summary`
-    plus the results platform (default: detected), the git commit and the UTC time."""
+    plus the results platform (default: detected), the git commit and whether the tree was
+    dirty, the ``MLX_*`` variables set, the command line and the UTC time."""
+    import sys
+
+    from mlxlab.core.environment import mlx_env
+
     return {**device_summary(), "platform": platform or platform_name(), "git_commit": _git_commit(),
+            "git_dirty": _git_dirty(), "mlx_env": mlx_env()[0], "argv": list(sys.argv),
             "written_at": _dt.datetime.now(_dt.timezone.utc).isoformat(timespec="seconds")}
 
 
@@ -52,11 +70,21 @@ def jsonable(x: Any) -> Any:
 
 
 def save_results(name: str, payload: dict, platform: Optional[str] = None,
-                 folder: Union[None, str, Path] = None) -> Path:
+                 folder: Union[None, str, Path] = None, *, verdicts: Optional[Sequence[dict]] = None,
+                 parameters: Optional[dict] = None) -> Path:
     """Write ``payload`` with an ``environment`` block (:func:`environment_block`) to
-    ``<folder>/<name>.json``, ``folder`` defaulting to ``data/results/<platform>/``; returns the path."""
+    ``<folder>/<name>.json``, ``folder`` defaulting to ``data/results/<platform>/``; returns the path.
+
+    ``verdicts``: the :func:`mlxlab.core.claims.verdict` records this run decides, checked
+    against the claims files (each must be a claim that experiment ``name`` tests) before
+    anything is written; ``parameters``: the run's parameters, stored as given."""
+    from mlxlab.core.claims import check_verdicts
+
+    checked = check_verdicts(verdicts, experiment=name) if verdicts is not None else None
     path = Path(folder or results_dir(platform)) / f"{name}.json"
     path.parent.mkdir(parents=True, exist_ok=True)
-    doc = {"environment": environment_block(platform), **payload}
+    doc = {"environment": environment_block(platform),
+           **({"parameters": parameters} if parameters is not None else {}),
+           **({"verdicts": checked} if checked is not None else {}), **payload}
     path.write_text(json.dumps(jsonable(doc), indent=2) + "\n")
     return path

@@ -19,7 +19,7 @@ from mlxlab.core.paths import ROOT
 from mlxlab.notebook.plots import save_figure
 from mlxlab.notebook.widgets import offline
 
-VERDICTS = ("reproduced", "not reproduced", "artifact", "not measurable on this backend")
+from mlxlab.core.claims import VERDICTS, check_verdicts  # noqa: F401  (VERDICTS: the notebooks' vocabulary)
 
 
 @dataclass
@@ -30,10 +30,13 @@ class Setup:
     figures_dir: Path
     environment: dict
 
-    def save(self, name: str, payload: dict) -> Path:
-        """Write results JSON (with the environment) into this run's results folder."""
+    def save(self, name: str, payload: dict, *, verdicts: Optional[List[dict]] = None,
+             parameters: Optional[dict] = None) -> Path:
+        """Write results JSON into this run's results folder: the measurements, the verdicts
+        (:func:`mlxlab.core.claims.verdict` records, checked against the claims files first)
+        and the notebook's parameters, with the run's provenance."""
         return results.save_results(name, {"quick": self.quick, **payload}, platform=self.platform,
-                                    folder=self.results_dir)
+                                    folder=self.results_dir, verdicts=verdicts, parameters=parameters)
 
     def figure(self, chart, name: str) -> List[Path]:
         return save_figure(chart, name, self.figures_dir)
@@ -54,10 +57,9 @@ def setup(quick: bool = True, platform: Optional[str] = None, results_dir: Optio
     return Setup(plat, quick, res.resolve(), fig.resolve(), env)
 
 
-def verdict_table(rows: List[dict]) -> pd.DataFrame:
-    """The closing table of a notebook: claim, published, measured here, verdict, evidence.
-    Raises ValueError on a verdict outside :data:`VERDICTS`."""
-    for r in rows:
-        if r.get("verdict") not in VERDICTS:
-            raise ValueError(f"verdict {r.get('verdict')!r} is not one of {VERDICTS}")
-    return pd.DataFrame(rows, columns=["claim", "published", "measured", "verdict", "evidence"])
+def verdict_table(records: List[dict]) -> pd.DataFrame:
+    """The closing table of a notebook, from the verdict records it stored: claim id, the claim,
+    published, measured here, verdict, rule and fairness note. Raises ValueError on a record
+    :func:`~mlxlab.core.claims.check_verdicts` rejects."""
+    rows = check_verdicts(records)
+    return pd.DataFrame(rows, columns=["claim", "text", "published", "measured", "verdict", "rule", "fairness"])

@@ -1,0 +1,167 @@
+"""The case studies' published claims as data, and the verdict records that score them.
+
+``data/claims/seed-000.yaml`` and ``seed-001.yaml`` list every claim of the two case studies
+(``mlxlab.yaml`` the project's own targets, scored the same way):
+an id, the claim in our words, the published figure(s) with their unit, the condition, and the
+``experiment`` (results file) that tests it. A study or notebook decides a claim by returning a
+:func:`verdict` record, which :func:`mlxlab.core.results.save_results` stores in the results file
+beside the measurements and their provenance; the paper reads the verdicts from there.
+
+No MLX here: the paper build and the tests read claims without loading a backend.
+"""
+
+from __future__ import annotations
+
+import difflib
+import functools
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, Dict, Iterable, List, Mapping, Optional
+
+from mlxlab.core.paths import data_dir
+
+#: What a measurement can say about a claim. "artifact": the published effect is real in the data
+#: but comes from the protocol (a cold first request, noise at N=3), not from the setting.
+VERDICTS = ("reproduced", "not reproduced", "artifact", "not measurable on this backend", "not measured")
+
+
+@dataclass(frozen=True)
+class Claim:
+    id: str
+    study: str
+    claim: str
+    published: Mapping[str, Any]
+    condition: Mapping[str, Any]
+    experiment: Any  # a results-file name, or a list of them when several experiments decide it
+    notebook: Optional[str] = None
+    testable: bool = True
+    why_not: Optional[str] = None
+
+    @property
+    def experiments(self) -> tuple:
+        return tuple(self.experiment) if isinstance(self.experiment, (list, tuple)) else (self.experiment,)
+
+    def published_text(self) -> str:
+        """The published figure in a few words ("33 to 71 % prefill tok/s")."""
+        p = dict(self.published)
+        if "text" in p:  # the claims file's own wording where the figure is not one number
+            return str(p["text"])
+        unit = p.pop("unit", "")
+        if "low" in p and "high" in p:
+            s = f"{_num(p['low'])} to {_num(p['high'])}"
+        elif "value" in p:
+            s = _num(p["value"])
+        elif "high" in p:
+            s = f"under {_num(p['high'])}"
+        else:
+            s = "; ".join(f"{k.replace('_', ' ')} {_range(v)}" for k, v in p.items() if k not in ("inputs", "table"))
+            return s
+        return f"{s} {unit}".strip()
+
+
+def _num(v) -> str:
+    if isinstance(v, float):
+        return f"{v:g}"
+    if isinstance(v, int):
+        return f"{v:,}"
+    return str(v)
+
+
+def _range(v) -> str:
+    if isinstance(v, dict):
+        if "low" in v and "high" in v:
+            return f"{_num(v['low'])} to {_num(v['high'])}"
+        return ", ".join(f"{k} {_num(x)}" for k, x in v.items())
+    return _num(v)
+
+
+def claims_dir() -> Path:
+    return data_dir() / "claims"
+
+
+@functools.lru_cache(maxsize=4)
+def _load(folder: str) -> Dict[str, Claim]:
+    import yaml  # a dependency of mlx-lm
+
+    out: Dict[str, Claim] = {}
+    files = sorted(Path(folder).glob("*.yaml"))
+    if not files:
+        raise FileNotFoundError(f"no claims files (*.yaml) in {folder}")
+    for f in files:
+        doc = yaml.safe_load(f.read_text())
+        for c in doc["claims"]:
+            missing = {"id", "claim", "published", "condition", "experiment"} - set(c)
+            if missing:
+                raise ValueError(f"{f.name}: claim {c.get('id', '?')} lacks {sorted(missing)}")
+            if c["id"] in out:
+                raise ValueError(f"{f.name}: claim id {c['id']} appears twice")
+            if c.get("testable", True) is False and not c.get("why_not"):
+                raise ValueError(f"{f.name}: claim {c['id']} is marked untestable without a why_not")
+            out[c["id"]] = Claim(study=doc["study"], **c)
+    return out
+
+
+def load_claims(folder: Optional[Path] = None) -> Dict[str, Claim]:
+    """Every claim of both case studies, by id, in file order."""
+    return _load(str(folder or claims_dir()))
+
+
+def claim(claim_id: str) -> Claim:
+    """One claim; an unknown id raises KeyError naming the closest ids."""
+    claims = load_claims()
+    if claim_id not in claims:
+        near = difflib.get_close_matches(claim_id, claims, n=3)
+        raise KeyError(f"no claim {claim_id!r} in {claims_dir()}" + (f"; did you mean {', '.join(near)}?" if near else ""))
+    return claims[claim_id]
+
+
+def verdict(claim_id: str, verdict: str, *, measured: Any, rule: str, fairness: str,
+            evidence: Optional[str] = None) -> Dict[str, Any]:
+    """The record that decides one claim, as stored in a results file's ``verdicts`` list.
+
+    ``measured``: the figure(s) this run measured (a number, a range, or a small dict of them);
+    ``rule``: how the verdict follows from ``measured`` (in words, with its thresholds);
+    ``fairness``: what makes the comparison fair or what limits it (conditions that differ from
+    the published one, repeats, noise). Raises ValueError on a verdict outside :data:`VERDICTS`
+    and KeyError on a claim id that is in no claims file."""
+    if verdict not in VERDICTS:
+        raise ValueError(f"verdict {verdict!r} is not one of {VERDICTS}")
+    c = claim(claim_id)
+    for name, text in (("rule", rule), ("fairness", fairness)):
+        if not isinstance(text, str) or not text.strip():
+            raise ValueError(f"verdict for {claim_id}: {name} must say something (got {text!r})")
+    return {"claim": claim_id, "study": c.study, "text": c.claim, "published": c.published_text(),
+            "measured": measured, "rule": rule, "verdict": verdict, "fairness": fairness,
+            **({"evidence": evidence} if evidence else {})}
+
+
+def not_testable(claim_id: str) -> Dict[str, Any]:
+    """The verdict of a claim its claims file marks ``testable: false``: "not measured", with
+    the file's reason as the rule."""
+    c = claim(claim_id)
+    if c.testable:
+        raise ValueError(f"claim {claim_id} is testable: measure it")
+    return verdict(claim_id, "not measured", measured=None, rule=c.why_not, fairness="nothing was measured")
+
+
+def check_verdicts(records: Iterable[Mapping[str, Any]], experiment: Optional[str] = None) -> List[Dict[str, Any]]:
+    """Validate stored verdict records (known claim, known verdict, a rule and a fairness note);
+    with ``experiment`` (a results-file name such as ``scheduling`` or ``scheduling_slo``), also
+    that each claim is one that experiment is named to test in the claims files. Returns
+    them as a list; raises ValueError on the first bad one."""
+    out = []
+    for r in records:
+        for key in ("claim", "verdict", "rule", "fairness"):
+            if key not in r:
+                raise ValueError(f"verdict record {dict(r)} lacks {key!r}")
+        c = claim(r["claim"])
+        if r["verdict"] not in VERDICTS:
+            raise ValueError(f"{r['claim']}: verdict {r['verdict']!r} is not one of {VERDICTS}")
+        if experiment is not None and not any(experiment == e or experiment.startswith(e + "_") for e in c.experiments):
+            raise ValueError(f"{r['claim']} is tested by {list(c.experiments)} (data/claims), not by {experiment!r}")
+        out.append(dict(r))
+    ids = [r["claim"] for r in out]
+    dup = sorted({i for i in ids if ids.count(i) > 1})
+    if dup:
+        raise ValueError(f"claims decided twice in one results file: {dup}")
+    return out
