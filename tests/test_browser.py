@@ -1,6 +1,6 @@
 """A real-browser test: JupyterLab serves the admission-gate notebook, headless Chromium opens it,
-runs all cells from the Run menu, moves the explorer's chunk-size slider with the keyboard and
-checks that the charts under it were drawn again with different content.
+runs all cells from the Run menu, moves the explorer's chunk slider with the keyboard and
+checks that the chat timeline under it was drawn again with different content.
 
 Needs Debian's ``chromium`` (at /usr/bin/chromium) and the ``playwright`` Python package (its
 driver only: no browser is downloaded); skipped when either is missing. CI installs both.
@@ -171,30 +171,33 @@ def test_chunk_slider_redraws_the_chart_in_jupyterlab(tmp_path, monkeypatch):
                 errors = page.locator(".jp-OutputArea-output", has_text="Traceback (most recent call last)")
                 assert errors.count() == 0, f"a cell failed: {errors.first.inner_text()[:2000]}"
 
-                # the explorer: the "chunk size" slider and the charts in the same box
-                slider = page.locator(".widget-slider", has=page.locator(".widget-label", has_text="chunk size"))
+                # the explorer: the "chunk" slider (beside policy and workers) and the chat timeline
+                slider = page.locator(".widget-slider", has=page.locator(".widget-label", has_text=re.compile(r"^chunk$")))
                 slider.wait_for(state="visible", timeout=ms(60))
                 box = slider.locator("xpath=ancestor::div[contains(@class, 'widget-vbox')][1]")
                 charts = box.locator(".vega-embed")
-                for i in range(2):
-                    charts.nth(i).locator("svg.marks, canvas").first.wait_for(state="attached", timeout=ms(60))
-                assert charts.count() == 2, "the explorer shows the trade-off curves and the chat timeline"
+                charts.first.locator("svg.marks, canvas").first.wait_for(state="attached", timeout=ms(60))
+                assert charts.count() == 1, "the explorer shows the chat timeline of the chosen run"
                 readout = slider.locator(".widget-readout")
                 before_value = readout.inner_text().strip()
                 before = charts.evaluate_all(CHART_STATE)
-                assert all(before), "both charts drew something"
+                assert all(before), "the chart drew something"
                 box.scroll_into_view_if_needed()
                 page.screenshot(path=str(tmp_path / "before.png"), full_page=False)
 
-                # move the slider one step right with the keyboard
+                # move the slider one step with the keyboard (left if it already sits at the right end)
                 handle = slider.locator(".noUi-handle").first
                 handle.focus(timeout=ms(30))
-                page.keyboard.press("ArrowRight")
-                page.wait_for_function(
-                    "([el, v]) => el.textContent.trim() !== v",
-                    arg=[readout.element_handle(), before_value], timeout=ms(30))
+                for key in ("ArrowRight", "ArrowLeft"):
+                    page.keyboard.press(key)
+                    try:
+                        page.wait_for_function("([el, v]) => el.textContent.trim() !== v",
+                                               arg=[readout.element_handle(), before_value], timeout=ms(5))
+                        break
+                    except Exception:  # noqa: BLE001 - at the end of its range: try the other way
+                        continue
                 after_value = readout.inner_text().strip()
-                # the kernel rebuilds both charts; wait until both redrew with something new
+                # the kernel rebuilds the chart; wait until it redrew with something new
                 page.wait_for_function(
                     f"""([els, before]) => {{
                         const now = ({CHART_STATE})(els);
@@ -204,13 +207,12 @@ def test_chunk_slider_redraws_the_chart_in_jupyterlab(tmp_path, monkeypatch):
                 after = charts.evaluate_all(CHART_STATE)
                 box.scroll_into_view_if_needed()
                 page.screenshot(path=str(tmp_path / "after.png"), full_page=False)
-                charts.nth(1).screenshot(path=str(tmp_path / "timeline_after.png"))
 
                 assert after_value != before_value
-                assert all(a and a != b for a, b in zip(after, before)), "both charts were redrawn differently"
-                if after[1].startswith("<svg"):   # svg renderer (what renders here): the title names the chunk
-                    assert f"Chat tokens at chunk {before_value}" in before[1]
-                    assert f"Chat tokens at chunk {after_value}" in after[1]
+                assert after[0] != before[0], "the chart was redrawn differently"
+                if after[0].startswith("<svg"):   # svg renderer (what renders here): the title names the run
+                    assert f"/c{before_value}/" in before[0]
+                    assert f"/c{after_value}/" in after[0]
             except Exception as e:
                 if page is not None:
                     try:

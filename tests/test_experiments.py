@@ -140,14 +140,215 @@ def test_cli_writes_results(tiny, tmp_path, monkeypatch):
     root = Path(__file__).resolve().parent.parent / "data" / "models"
     (tmp_path / "models").mkdir()
     shutil.copy(root / "tiny.json", tmp_path / "models" / "tiny.json")
+    shutil.copytree(root.parent / "claims", tmp_path / "claims")  # the verdicts are checked against them
     monkeypatch.setenv("MLXLAB_DATA", str(tmp_path))
     args = build_parser().parse_args(["bench", "scheduling", "--model", "tiny", "--quick", "--repeats", "1",
                                       "--scale", str(1 / 128), "--workers", "1", "--chunk-sizes", "256",
                                       "--policies", "interleave", "mlx_lm", "--platform", "test", "--quiet"])
     assert args.func(args) == 0
-    doc = json.loads((tmp_path / "results" / "test" / "scheduling.json").read_text())
+    doc = json.loads((tmp_path / "results" / "test" / "quick" / "scheduling.json").read_text())
     assert {"environment", "config", "claims", "table", "references"} <= set(doc)
     assert doc["config"]["quick"] is True and doc["model"]["preset"] == "tiny"
+    # interleave and mlx_lm ran: the one claim they decide, with the run's parameters
+    assert [v["claim"] for v in doc["verdicts"]] == ["mlx-interleave-matches"]
+    assert doc["parameters"]["preset"] == "tiny" and doc["parameters"]["workers"] == [1]
+    # and `--rescore FILE` adds the verdicts to a saved file again, from its table alone
+    path = tmp_path / "results" / "test" / "quick" / "scheduling.json"
+    args = build_parser().parse_args(["bench", "scheduling", "--rescore", str(path)])
+    assert args.func(args) == 0
+    again = json.loads(path.read_text())
+    assert again["verdicts"] == doc["verdicts"] and again["table"] == doc["table"] and "rescored_by" in again
     # every finished run is also on disk as it ends, one JSON line each, so a cut run keeps them
-    lines = (tmp_path / "results" / "test" / "scheduling_runs.jsonl").read_text().splitlines()
+    lines = (tmp_path / "results" / "test" / "quick" / "scheduling_runs.jsonl").read_text().splitlines()
     assert len(lines) == len(doc["table"]) and all(json.loads(x)["config"] for x in lines)
+
+
+# ------------------------------------------------------------------ the verdicts on data/claims
+
+
+def test_the_study_decides_every_scheduling_claim_from_its_own_rows(study):
+    from mlxlab.core.claims import check_verdicts
+    from mlxlab.studies.scheduling_claims import CLAIM_IDS, verdicts
+
+    vs = {v["claim"]: v for v in check_verdicts(verdicts(study), experiment="scheduling")}
+    assert set(vs) == set(CLAIM_IDS)
+    # the gate ran on stall_free's terms (same prompt, chunk = budget), so the comparison is decided
+    assert "contended/admission_gate/c512" in {r["config"] for r in study["table"]}
+    g = vs["s001-gate-vs-stall-free"]
+    assert g["measured"]["equal_prompt"] and g["verdict"] in ("reproduced", "not reproduced")
+    rows = {r["config"]: r for r in study["table"]}
+    assert g["measured"]["itl_p99_ratio_x"] == pytest.approx(rows["contended/admission_gate/c512"]["pooled_itl_p99_s"]
+                                                             / rows["contended/stall_free/b512"]["pooled_itl_p99_s"])
+    s = vs["mlx-stall-free-itl"]["measured"]
+    assert s["itl_p99_over_solo_x"] == pytest.approx(rows["contended/stall_free/b512"]["pooled_itl_p99_s"]
+                                                     / study["references"]["solo_itl_s"])
+    assert all(v["verdict"] != "not measured" for v in vs.values()), vs
+
+
+SOLO = 0.01  # the synthetic chat's solo ITL (s)
+
+
+def _row(config, p99=0.015, ttft=1.0, worst=1.0, runs=3, **kw):
+    return {"config": config, "pooled_itl_p99_s": p99, "long_ttft_s": ttft, "chat_worst_gap_s": worst,
+            "chat_itl_p99_runs_s": [p99] * runs, "long_ttft_runs_s": [ttft] * runs,
+            "chat_worst_gap_runs_s": [worst] * runs, "mixed_step_s": 0.05, **kw}
+
+
+def synthetic(**rows):
+    """A scheduling result where every claim holds; ``rows`` replace (dict) or drop (None) rows."""
+    table = {r["config"]: r for r in [
+        _row("stall/interleave/w1", worst=1.0), _row("stall/interleave/w2", worst=2.0),
+        _row("stall/mlx_lm/w1", worst=1.1), _row("stall/mlx_lm/w2", worst=1.8),
+        _row("contended/slo", p99=0.015, ttft=1.5, chosen_chunk_median=128.0, infeasible_fraction=0.0),
+        _row("contended/slo_packed", p99=0.012, ttft=1.4), _row("alone/slo", p99=None, ttft=1.02),
+        _row("alone/interleave/c2048", p99=None, ttft=1.0),
+        _row("tradeoff/interleave/c256", p99=0.012, ttft=2.0), _row("tradeoff/interleave/c1024", p99=0.05, ttft=1.2),
+        _row("contended/stall_free/b512", p99=0.018, ttft=1.3), _row("contended/stall_free_unfused/b512", p99=0.02),
+        _row("contended/admission_gate/c512", p99=0.02, ttft=1.4), _row("gate/admission_gate/w1", p99=0.02, ttft=0.8),
+        _row("overlap/interleave/c256", p99=0.015, ttft=1.1), _row("overlap/interleave/c1024", p99=0.03, ttft=1.05)]}
+    for k, v in rows.items():
+        k = k.replace("__", "/")
+        if v is None:
+            table.pop(k, None)
+        else:
+            table[k] = {**table.get(k, {"config": k}), **v}
+    return {"config": {"policies_run": ["admission_gate", "interleave", "mlx_lm", "overlap", "slo", "stall_free"],
+                       "workers": [1, 2], "chunk_sizes": [256, 1024], "stall_free_budget": 512, "gate_chunk": 512,
+                       "stall_chunk": 2048, "overlap_policy": "interleave", "repeats": 3, "model": "synthetic",
+                       "platform_scale": 0.05, "long_prompt_tokens": [800, 1600], "quick": False},
+            "references": {"solo_itl_s": SOLO, "alone_ttft_2048_s": 1.0, "alone_ttft_best_s": 0.9,
+                           "slo_itl_target_s": 2 * SOLO},
+            "table": list(table.values())}
+
+
+def _decide(result):
+    from mlxlab.studies.scheduling_claims import verdicts
+
+    return {v["claim"]: v for v in verdicts(result)}
+
+
+def test_every_claim_holds_on_the_synthetic_table():
+    vs = _decide(synthetic())
+    assert {c: v["verdict"] for c, v in vs.items()} == {c: "reproduced" for c in (
+        "mlx-interleave-matches", "mlx-slo-chat-itl", "mlx-slo-alone-ttft", "mlx-slo-not-dominated",
+        "mlx-stall-free-itl", "mlx-overlap", "s001-gate-vs-stall-free")}
+    m = vs["mlx-interleave-matches"]["measured"]
+    assert m["worst_gap_ratio_w1_x"] == pytest.approx(1 / 1.1) and m["worst_gap_ratio_max_x"] == pytest.approx(2 / 1.8)
+    assert vs["mlx-slo-chat-itl"]["measured"]["itl_p99_over_solo_x"] == pytest.approx(1.5)
+    assert vs["mlx-slo-chat-itl"]["measured"]["packed_itl_p99_over_solo_x"] == pytest.approx(1.2)
+    assert vs["mlx-slo-alone-ttft"]["measured"]["ttft_ratio_x"] == pytest.approx(1.02)
+    assert vs["mlx-slo-not-dominated"]["measured"]["dominating_chunks_n"] == 0
+    o = vs["mlx-overlap"]["measured"]
+    assert o["best_chunk"] == 256 and o["ttft_over_alone_x"] == pytest.approx(1.1)
+    g = vs["s001-gate-vs-stall-free"]["measured"]
+    assert g["equal_prompt"] and g["itl_p99_ratio_x"] == pytest.approx(0.02 / 0.018)
+    assert g["ttft_ratio_x"] == pytest.approx(1.4 / 1.3)
+    # identical repeats: a spread of 0, so no verdict is within noise
+    assert vs["mlx-slo-chat-itl"]["measured"]["within_noise"] is False
+    assert all(v["measured"]["within_noise"] in (False, None) for v in vs.values())
+
+
+@pytest.mark.parametrize("claim_id, rows, verdict, also", [
+    ("mlx-interleave-matches", {"stall__mlx_lm__w2": {"chat_worst_gap_s": 0.5}}, "not reproduced", set()),
+    ("mlx-interleave-matches", {"stall__mlx_lm__w1": {"chat_worst_gap_s": 4.0}}, "not reproduced", set()),
+    ("mlx-interleave-matches", {"stall__mlx_lm__w2": {"chat_worst_gap_s": None}}, "not measured", set()),
+    ("mlx-slo-chat-itl", {"contended__slo": {"pooled_itl_p99_s": 0.03}}, "not reproduced", set()),
+    ("mlx-slo-chat-itl", {"contended__slo": {"pooled_itl_p99_s": None}}, "not measured", {"mlx-slo-not-dominated"}),
+    ("mlx-slo-alone-ttft", {"alone__slo": {"long_ttft_s": 1.2}}, "not reproduced", set()),
+    ("mlx-slo-alone-ttft", {"alone__slo": None}, "not measured", set()),
+    ("mlx-slo-not-dominated", {"tradeoff__interleave__c1024": {"pooled_itl_p99_s": 0.014, "long_ttft_s": 1.4}},
+     "not reproduced", set()),
+    ("mlx-slo-not-dominated", {"tradeoff__interleave__c256": None, "tradeoff__interleave__c1024": None}, "not measured", set()),
+    ("mlx-stall-free-itl", {"contended__stall_free__b512": {"pooled_itl_p99_s": 0.03}}, "not reproduced", set()),
+    ("mlx-stall-free-itl", {"contended__stall_free__b512": None}, "not measured", {"s001-gate-vs-stall-free"}),
+    ("mlx-overlap", {"overlap__interleave__c256": {"long_ttft_s": 1.3}}, "not reproduced", set()),  # TTFT misses
+    # no size meets 2x solo: the lowest ITL p99 is taken, and misses
+    ("mlx-overlap", {"overlap__interleave__c256": {"pooled_itl_p99_s": 0.025}}, "not reproduced", set()),
+    ("mlx-overlap", {"overlap__interleave__c256": None, "overlap__interleave__c1024": None}, "not measured", set()),
+    ("s001-gate-vs-stall-free", {"contended__admission_gate__c512": {"pooled_itl_p99_s": 0.03}}, "not reproduced", set()),
+    ("s001-gate-vs-stall-free", {"contended__admission_gate__c512": {"long_ttft_s": 1.7}}, "not reproduced", set()),
+    # a file from before the equal-prompt run: the gate's w1 run drew another prompt length
+    ("s001-gate-vs-stall-free", {"contended__admission_gate__c512": None}, "not measured", set()),
+])
+def test_each_claim_fails_or_goes_unmeasured_on_its_own_rows(claim_id, rows, verdict, also):
+    vs = _decide(synthetic(**rows))
+    assert vs[claim_id]["verdict"] == verdict, vs[claim_id]
+    for c in also:  # claims that read the same row go unmeasured with it
+        assert vs[c]["verdict"] == "not measured", vs[c]
+    others = {c: v["verdict"] for c, v in vs.items() if c != claim_id and c not in also}
+    assert set(others.values()) == {"reproduced"}, others  # the change touched this claim only
+
+
+def test_the_fallback_gate_comparison_reports_the_chat_only():
+    g = _decide(synthetic(contended__admission_gate__c512=None))["s001-gate-vs-stall-free"]
+    assert g["measured"]["equal_prompt"] is False and g["measured"]["ttft_ratio_x"] is None
+    assert g["measured"]["itl_p99_ratio_x"] == pytest.approx(0.02 / 0.018) and "predates" in g["rule"]
+    res = synthetic(contended__admission_gate__c512=None)
+    res["config"]["gate_chunk"] = 256  # nothing at an equal chunk
+    g = _decide(res)["s001-gate-vs-stall-free"]
+    assert g["verdict"] == "not measured" and "equal chunk" in g["rule"]
+
+
+def test_within_noise_says_whether_the_repeat_spread_reaches_the_threshold():
+    near = synthetic(contended__slo={"pooled_itl_p99_s": 0.021, "chat_itl_p99_runs_s": [0.019, 0.021, 0.023]})
+    m = _decide(near)["mlx-slo-chat-itl"]
+    assert m["verdict"] == "not reproduced" and m["measured"]["within_noise"] is True
+    assert m["measured"]["itl_p99_spread_pct"] == pytest.approx(100 * 0.004 / 0.021)
+    far = synthetic(contended__slo={"pooled_itl_p99_s": 0.04, "chat_itl_p99_runs_s": [0.039, 0.04, 0.041]})
+    assert _decide(far)["mlx-slo-chat-itl"]["measured"]["within_noise"] is False
+    one = synthetic(contended__slo={"chat_itl_p99_runs_s": [0.015]})
+    assert _decide(one)["mlx-slo-chat-itl"]["measured"]["within_noise"] is None  # one repeat: no spread
+    # a fixed chunk that dominates slo by less than the noise would flip
+    dom = synthetic(tradeoff__interleave__c1024={"pooled_itl_p99_s": 0.0149, "long_ttft_s": 1.49,
+                                                "chat_itl_p99_runs_s": [0.014, 0.0149, 0.016]})
+    d = _decide(dom)["mlx-slo-not-dominated"]
+    assert d["verdict"] == "not reproduced" and d["measured"]["dominating_chunks"] == "1024"
+    assert d["measured"]["within_noise"] is True
+
+
+def test_a_subset_of_policies_decides_only_its_claims():
+    from mlxlab.core.claims import check_verdicts
+
+    res = synthetic()
+    res["config"]["policies_run"] = ["interleave", "slo"]
+    vs = check_verdicts(_decide(res).values(), experiment="scheduling_slo")
+    assert {v["claim"] for v in vs} == {"mlx-slo-chat-itl", "mlx-slo-alone-ttft", "mlx-slo-not-dominated"}
+    res["config"]["policies_run"] = ["interleave", "stall_free"]
+    assert set(_decide(res)) == {"mlx-stall-free-itl"}
+    res["config"]["policies_run"] = ["interleave"]
+    assert _decide(res) == {}
+
+
+def test_rescore_file_adds_the_verdicts_and_leaves_the_measurements(tmp_path):
+    from mlxlab.studies.scheduling_claims import rescore_file
+
+    doc = {"environment": {"git_commit": "abc1234", "written_at": "then"}, **synthetic(), "claims": [], "notes": ["n"],
+           "model": {"preset": "tiny", "bits": None, "dtype": "float32"}}
+    path = tmp_path / "scheduling_slo.json"
+    path.write_text(json.dumps(doc, indent=1) + "\n")
+    out = rescore_file(path)
+    again = json.loads(path.read_text())
+    assert again == json.loads(json.dumps(out))
+    assert path.read_text().startswith('{\n "environment"')  # written indented as it was
+    assert again["environment"] == doc["environment"] and again["table"] == doc["table"]
+    assert again["notes"] == ["n"] and again["claims"] == []
+    assert {v["claim"] for v in again["verdicts"]} == {"mlx-interleave-matches", "mlx-slo-chat-itl",
+                                                       "mlx-slo-alone-ttft", "mlx-slo-not-dominated",
+                                                       "mlx-stall-free-itl", "mlx-overlap", "s001-gate-vs-stall-free"}
+    assert set(again["rescored_by"]) == {"commit", "dirty", "at", "what"}
+    assert again["parameters"]["repeats"] == 3 and again["parameters"]["dtype"] == "float32"
+    assert rescore_file(path)["verdicts"] == again["verdicts"]  # idempotent
+    with pytest.raises(ValueError, match="scheduling result"):
+        (tmp_path / "scheduling_x.json").write_text("{}")
+        rescore_file(tmp_path / "scheduling_x.json")
+
+
+def test_decide_gives_one_claim_even_where_its_policy_did_not_run():
+    from mlxlab.studies.scheduling_claims import CLAIM_IDS, decide
+
+    res = synthetic()
+    assert all(decide(c, res)["verdict"] == "reproduced" for c in CLAIM_IDS)
+    res["table"] = [r for r in res["table"] if not r["config"].startswith("overlap/")]
+    assert decide("mlx-overlap", res)["verdict"] == "not measured"
+    assert "case study" in decide("s001-gate-vs-stall-free", res)["fairness"]
+    assert "case study" not in decide("mlx-overlap", res)["fairness"]

@@ -93,3 +93,15 @@ def test_the_probe_tries_the_models_own_shape(tiny):
     assert not ok and "no kernel" in why and "context" in why
     queries = q.call_args.args[0]
     assert queries.shape[1] == shape["n_heads"] and queries.shape[-1] == shape["head_dim"]
+
+
+def test_every_cache_decodes_from_one_prefill_left_unchanged(tiny):
+    import mlx.core as mx
+
+    pre = KS.prefill(tiny, 300, seed=0)
+    keys, offsets = [mx.array(c.keys) for c in pre[0]], [c.offset for c in pre[0]]
+    full = KS.decode_speed(tiny, 300, None, decode_tokens=4, prefilled=pre)
+    KS.decode_speed(tiny, 300, 4, decode_tokens=4, prefilled=pre)
+    assert [c.offset for c in pre[0]] == offsets
+    assert all(mx.array_equal(k, c.keys).item() for k, c in zip(keys, pre[0]))
+    assert full["kv_bytes"] == KS.decode_speed(tiny, 300, None, decode_tokens=4)["kv_bytes"]

@@ -123,3 +123,131 @@ def test_hardware_table():
     assert h200["bandwidth_gb_s"] == 4800 and h200["memory_gb"] == 141
     assert max(r["bandwidth_gb_s"] for r in rows) == 80_000  # Groq SRAM
     assert all(r["bandwidth_gb_s"] > 0 for r in rows)
+
+
+# ----------------------------------------------------------------------------- verdicts
+from mlxlab.core.claims import check_verdicts  # noqa: E402
+from mlxlab.studies import roofline_verdict as rv  # noqa: E402
+
+SMALL = dict(TINY, hidden_size=512, num_hidden_layers=8, intermediate_size=1536, num_attention_heads=8,
+             vocab_size=8192)
+
+
+def point(decode_tok_s, bandwidth_gb_s=40.0, platform="here", preset="small", dtype="float32", bits=None, **kw):
+    return rv.decode_point(platform=platform, source="t", commit="abc1234", preset=preset, config=SMALL,
+                           dtype=dtype, bits=bits, bandwidth_gb_s=bandwidth_gb_s, bandwidth_source="test",
+                           decode_tok_s=decode_tok_s, **kw)
+
+
+def by_claim(records):
+    return {r["claim"]: r for r in check_verdicts(records, experiment="roofline")}
+
+
+def test_seed_arithmetic_recomputes_the_published_divisions():
+    a = rv.seed_arithmetic()
+    assert a["ceiling_tok_s"] == pytest.approx(182, abs=0.1) and a["fraction"] == pytest.approx(0.357, abs=0.001)
+    assert a["kv_gb_23k"] == pytest.approx(0.46) and a["kv_gb_130k"] == pytest.approx(2.6)
+    assert a["ssd_ceiling_tok_s"] == pytest.approx(4.67, abs=0.01)
+
+
+def test_decode_point_divides_bandwidth_by_the_config_bytes():
+    p = point(50.0, bandwidth_gb_s=40.0)
+    w = rl.weight_bytes_per_decode_step(SMALL, dtype_bytes=4)
+    assert p["weight_mb"] == pytest.approx(w / 1e6)
+    assert p["ceiling_tok_s"] == pytest.approx(40e9 / w) and p["fraction"] == pytest.approx(50.0 / (40e9 / w))
+
+
+def test_roofline_verdicts_reach_every_branch():
+    kv_ok = {"config_bytes_per_token": 8192, "cache_bytes_per_token": 8192.0, "tokens": 512}
+    ceiling = point(1.0)["ceiling_tok_s"]
+    at = lambda frac, **kw: point(frac * ceiling, decode_cv=0.01, bandwidth_cv=0.01, **kw)  # noqa: E731
+
+    # a third of the ceiling, no other machine: ceiling and fraction reproduced, scaling not measured
+    v = by_claim(rv.roofline_verdicts(at(0.35), [], kv_ok))
+    assert set(v) == {"s001-decode-ceiling", "s001-decode-fraction", "s001-kv-read", "s001-ssd-weights",
+                      "s001-hardware-scaling"}
+    assert v["s001-decode-ceiling"]["verdict"] == "reproduced"
+    assert v["s001-decode-fraction"]["verdict"] == "reproduced"
+    assert v["s001-decode-fraction"]["measured"]["fraction_here"] == pytest.approx(0.35)
+    assert v["s001-kv-read"]["verdict"] == "reproduced" and v["s001-kv-read"]["measured"]["kv_rel_error"] == 0
+    assert v["s001-ssd-weights"]["verdict"] == "not measured"
+    assert v["s001-hardware-scaling"]["verdict"] == "not measured"
+
+    # 10% of the ceiling: fraction not reproduced; decode above the ceiling: the bound fails
+    assert by_claim(rv.roofline_verdicts(at(0.10), [], kv_ok))["s001-decode-fraction"]["verdict"] == "not reproduced"
+    assert by_claim(rv.roofline_verdicts(at(1.5), [], kv_ok))["s001-decode-ceiling"]["verdict"] == "not reproduced"
+    # outside the band but within 3x the repeats' spread (0.21 x 1.18 reaches 0.238): too noisy to say
+    noisy = by_claim(rv.roofline_verdicts(point(0.21 * ceiling, decode_cv=0.06), [], kv_ok))
+    assert noisy["s001-decode-fraction"]["verdict"] == "not measured"
+    assert noisy["s001-decode-fraction"]["measured"]["spread_pct"] == pytest.approx(6.0)
+    assert by_claim(rv.roofline_verdicts(point(1.1 * ceiling, decode_cv=0.06), [], kv_ok))[
+        "s001-decode-ceiling"]["verdict"] == "not measured"
+    assert [rv.place(x, 1.0, 2.0, 0.05) for x in (1.5, 0.9, 0.5, 2.2, 3.0)] == [
+        "inside", "unclear", "outside", "unclear", "outside"]
+
+    # the cache holding other bytes than the config says: not reproduced; no cache measured: not measured
+    bad = dict(kv_ok, cache_bytes_per_token=9000.0)
+    assert by_claim(rv.roofline_verdicts(at(0.35), [], bad))["s001-kv-read"]["verdict"] == "not reproduced"
+    assert by_claim(rv.roofline_verdicts(at(0.35), [], None))["s001-kv-read"]["verdict"] == "not measured"
+
+    # other machines: the same fraction of a 10x ceiling scales, a tenth of it does not; the same
+    # model is preferred over others and the committed runs are named
+    same = point(0.35 * ceiling * 10, bandwidth_gb_s=400.0, platform="gpu")
+    other_model = point(0.02 * ceiling * 10, bandwidth_gb_s=400.0, platform="gpu", preset="tiny")
+    v = by_claim(rv.roofline_verdicts(at(0.35), [same, other_model], kv_ok))["s001-hardware-scaling"]
+    assert v["verdict"] == "reproduced" and v["measured"]["same_model"] is True
+    assert v["measured"]["other_points"] == 1 and "gpu/t@abc1234" in v["rule"]
+    assert v["measured"]["bandwidth_ratio_x"] == pytest.approx(10)
+    v = by_claim(rv.roofline_verdicts(at(0.35), [other_model], kv_ok))["s001-hardware-scaling"]
+    assert v["verdict"] == "not reproduced" and v["measured"]["same_model"] is False
+    assert v["measured"]["efficiency_ratio_x"] == pytest.approx(0.02 / 0.35)
+
+    # nothing measured here: every measured claim says so
+    v = by_claim(rv.roofline_verdicts(None, [same], None))
+    assert {c: r["verdict"] for c, r in v.items()} == {c: "not measured" for c in v}
+
+
+def test_committed_points_read_other_platforms_with_their_commit(tmp_path):
+    import json
+
+    hw = [{"name": "NVIDIA H200", "bandwidth_gb_s": 4800.0}]
+    bench = {"environment": {"git_commit": "efc8fa9", "device_name": "NVIDIA H200"},
+             "presets": {"small": {"model": {"dtype": "mlx.core.bfloat16", "bits": 4},
+                                   "single_decode_tok_s": {"mlx_lm": {"median": 300.0}}},
+                         "not-a-preset": {"model": {}, "single_decode_tok_s": {"mlx_lm": {"median": 1.0}}}}}
+    (tmp_path / "h200").mkdir()
+    (tmp_path / "h200" / "bench_engine.json").write_text(json.dumps(bench))
+    (tmp_path / "cpu").mkdir()
+    (tmp_path / "cpu" / "bench_engine.json").write_text(json.dumps(dict(bench, environment={"device_name": "?"})))
+    pts = rv.committed_points(tmp_path, hw, exclude_platform="here")
+    assert len(pts) == 1  # the cpu file names no known device and has no roofline.json: left out
+    p = pts[0]
+    assert (p["platform"], p["commit"], p["preset"], p["dtype"], p["bits"]) == ("h200", "efc8fa9", "small",
+                                                                              "bfloat16", 4)
+    assert p["bandwidth_gb_s"] == 4800 and "datasheet" in p["bandwidth_source"]
+    # a roofline run on that platform: its measured bandwidth replaces the datasheet, its own point joins
+    here = point(100.0, bandwidth_gb_s=3000.0, platform="h200")
+    (tmp_path / "h200" / "roofline.json").write_text(json.dumps(
+        {"environment": {"git_commit": "1234567"}, "bandwidth": {"gb_s": 3000.0}, "here": here}))
+    pts = rv.committed_points(tmp_path, hw, exclude_platform="cpu")
+    assert [(p["source"], p["bandwidth_gb_s"]) for p in pts] == [("roofline.json", 3000.0),
+                                                                 ("bench_engine.json", 3000.0)]
+    assert pts[0]["commit"] == "1234567"
+    assert rv.committed_points(tmp_path, hw, exclude_platform="h200") == []
+
+
+def test_hardware_estimates_follow_the_seed_rule():
+    est = {r["name"]: r["decode_estimate_tok_s"] for r in rv.hardware_estimates(rl.load_hardware_table())}
+    assert est["Apple M4 Max"] == 65 and est["NVIDIA H200"] == pytest.approx(571, abs=1)
+
+
+def test_measure_decode_and_kv_cache_on_tiny():
+    pytest.importorskip("mlx.core")
+    from mlxlab import load_model
+
+    m = load_model("tiny", dtype="float32")
+    d = rl.measure_decode(m, prompt_tokens=16, decode_tokens=8, repeats=2)
+    assert d["n"] == 2 and len(d["tok_s"]) == 2 and all(x > 0 for x in d["tok_s"]) and d["cv"] >= 0
+    kv = rl.measure_kv_cache(m, 256)
+    assert kv["allocated_tokens"] == 256
+    assert kv["bytes_per_token"] == rl.kv_bytes_per_token(m.config, dtype_bytes=4) == m.kv_bytes_per_token()

@@ -12,11 +12,12 @@ import json
 from pathlib import Path
 
 from mlxlab.cli.common import add_model_arguments
-from mlxlab.core.results import jsonable
+from mlxlab.core.results import _git_commit, save_results
 from mlxlab.sim.profiles import (
     PROFILE_DEFAULTS,
     QUICK_DEFAULTS,
     load_profile,
+    profiles_dir,
     save_profile,
 )
 from mlxlab.sim.published import seed001_profile, write_seed001_profile
@@ -31,6 +32,10 @@ def register(sub: argparse._SubParsersAction) -> None:
     _add_profile(sub.add_parser("profile", help="measure a step-time grid and fit the cost model"))
     _add_validate(sub.add_parser("validate-sim", help="simulator against engine on the same workloads"))
     ss = sub.add_parser("seed-scale", help="the seed-001 study at its own scale on the simulator")
+    ss.add_argument("--out", default=None, metavar="DIR",
+                    help="write seed_scale.json and its figure into DIR (default: data/results/sim-seed001/ "
+                         "and paper/figures/)")
+    ss.add_argument("--no-figure", action="store_true")
     ss.set_defaults(func=cli_seed_scale)
 
 
@@ -101,6 +106,10 @@ def _add_validate(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--rescore", default=None, metavar="JSON",
                         help="score a saved validation file again under this version's cost model and "
                              "simulator (no model, no device) and write <its name>_rescored.json beside it")
+    parser.add_argument("--rescore-verdicts", nargs="+", default=None, metavar="JSON",
+                        help="add the mlx-sim-accuracy verdict and the cost model's fingerprint and provenance to "
+                             "saved validation files, in place, from their tables (nothing re-run or re-simulated; "
+                             "marked rescored_by this commit) and stop")
     parser.add_argument("--sentinel-tokens", type=int, default=24,
                         help="output tokens of the lone chat run before each profile share and engine run "
                              "(its ITL tracks the machine's speed); 0 for none")
@@ -112,6 +121,8 @@ def _add_validate(parser: argparse.ArgumentParser) -> None:
 def cli_validate(args: argparse.Namespace) -> int:
     """Run the validation and print its table; exit status 1 if a row fails. With ``--rescore
     FILE``: score that file again instead (no model, no device)."""
+    if args.rescore_verdicts:
+        return _rescore_verdicts(args.rescore_verdicts)
     if args.rescore:
         return _rescore(args)
     from mlxlab.engine.models import load_model  # MLX: only once the command runs
@@ -121,7 +132,7 @@ def cli_validate(args: argparse.Namespace) -> int:
     )
 
     model = load_model(args.model, bits=args.bits, dtype=args.dtype)
-    profile = load_profile(args.profile) if args.profile else None
+    profile = _profile_doc(args.profile) if args.profile else None
     res = validate_simulator(model, validation_workloads(model, scale=args.scale), policies=args.policies,
                              repeats=args.repeats, profile=profile, chunk_size=args.chunk_size, scale=args.scale,
                              platform=args.platform, name=args.name, figure=not args.no_figure,
@@ -131,21 +142,54 @@ def cli_validate(args: argparse.Namespace) -> int:
     return 0 if res["passed"] else 1
 
 
+def _profile_doc(path_or_name: str) -> dict:
+    """A saved profile's whole document with its ``path``, so the validation keeps where its cost
+    model came from (the file's environment: commit, time); resolved as :func:`load_profile` does."""
+    p = Path(path_or_name)
+    if not p.is_file():
+        p = profiles_dir() / (p.name if p.suffix == ".json" else f"{p.name}.json")
+    if not p.is_file():
+        load_profile(path_or_name)  # raises, naming the saved profiles
+    from mlxlab.core.paths import ROOT
+
+    p = p.resolve()
+    return {**json.loads(p.read_text()), "path": str(p.relative_to(ROOT) if p.is_relative_to(ROOT) else p)}
+
+
 def _rescore(args: argparse.Namespace) -> int:
+    from mlxlab.studies.sim_claims import cost_model_record, sim_accuracy_verdict
+
     res = rescore_validation(args.rescore, log=_say(args))
     print(format_validation(res))
     src = Path(args.rescore)
-    out = src.with_name(src.stem + "_rescored.json")
-    out.write_text(json.dumps(jsonable(res), indent=1))
+    res["cost_model"] = cost_model_record(res["coefficients"], fitted_in_run=False, commit=_git_commit(),
+                                          source=f"the profile shares of {src} fitted again by this code")
+    vs = [sim_accuracy_verdict(res, res["cost_model"])]
+    name = src.stem + "_rescored"
+    ok = name.startswith("sim_validation")  # a verdict is stored only under an experiment the claims name
+    out = save_results(name, res, platform=src.parent.name, folder=src.parent, verdicts=vs if ok else None,
+                       parameters={"source": str(src), "rescore": "simulator side re-run under this code"})
+    print(f"[{vs[0]['verdict']}] mlx-sim-accuracy: {vs[0]['measured']}")
     print(f"wrote {out}")
     return 0 if all(r["passed"] for r in res["table"]) else 1
 
 
+def _rescore_verdicts(paths) -> int:
+    from mlxlab.studies.sim_claims import rescore_file
+
+    for p in paths:
+        doc = rescore_file(p)
+        cm = doc["cost_model"]
+        print(f"{p}: " + "; ".join(f"{v['claim']} {v['verdict']}" for v in doc["verdicts"])
+              + f"; cost model {cm['fingerprint']}" + (f" ({cm['note']})" if cm.get("note") else ""))
+    return 0
+
+
 # ----------------------------------------------------------------------------- seed-scale
 def cli_seed_scale(args: argparse.Namespace) -> int:
-    """The seed-001 study with the published profile: saved, its claims printed; exit status 1
-    if a claim is not reproduced."""
-    res = seed_scale_study(save=True, figure=True, log=print)
+    """The seed-001 study with the published profile: saved with its verdicts, which are printed
+    with the calibration residuals; exit status 1 if a prediction is not reproduced."""
+    res = seed_scale_study(save=True, figure=not args.no_figure, folder=args.out, log=print)
     print(format_claims(res))
     print(f"wrote {res.get('paths')}")
-    return 0 if all(c["verdict"] == "reproduced" for c in res["claims"]) else 1
+    return 1 if any(v["verdict"] == "not reproduced" for v in res["verdicts"]) else 0

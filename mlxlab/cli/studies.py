@@ -62,9 +62,11 @@ def _add_bench_engine(be: argparse.ArgumentParser) -> None:
 def cli_bench_engine(args: argparse.Namespace) -> int:
     # mlx: the studies are imported when their command runs
     from mlxlab.engine.models import load_model
-    from mlxlab.studies.bench import bench_engine
+    from mlxlab.studies.bench import bench_engine, verdicts
 
     out = {"presets": {}}
+    params = {k: getattr(args, k) for k in ("models", "bits", "dtype", "prompt_tokens", "decode_tokens", "batch",
+                                            "chunk_size", "repeats")}
     for preset in args.models:
         model = load_model(preset, bits=args.bits, dtype=args.dtype)
         print(f"[bench engine] {preset}: {model.num_params / 1e6:.1f}M params, {model.nbytes / 2**20:.1f} MiB, "
@@ -80,7 +82,10 @@ def cli_bench_engine(args: argparse.Namespace) -> int:
         print(f"  greedy tokens agree: {res['greedy_tokens_agree']}, "
               f"common prefix (min): {res['greedy_common_prefix_min']}", flush=True)
         # written after every preset, so a run cut short by a time limit keeps what it measured
-        path = save_results(args.name, out, platform=args.platform)
+        vs = verdicts(out["presets"])
+        path = save_results(args.name, out, platform=args.platform, verdicts=vs, parameters=params)
+    for v in vs:
+        print(f"[{v['verdict']}] {v['claim']}: {v['measured']}")
     print(f"wrote {path}")
     return 0
 
@@ -91,7 +96,8 @@ def cli_bench_engine(args: argparse.Namespace) -> int:
 def _add_bench_scheduling(bs: argparse.ArgumentParser) -> None:
     add_model_arguments(bs)
     bs.add_argument("--quick", action="store_true",
-                    help="half the prompt scale, chunks 128/512/2048, 3 repeats (about 1 minute on a CPU with tiny)")
+                    help="half the prompt scale, chunks 128/512/2048, 3 repeats (about 1 minute on a CPU with tiny); "
+                         "results go to data/results/<platform>/quick/")
     bs.add_argument("--repeats", type=int, default=None, help="runs per configuration (default 3)")
     bs.add_argument("--scale", type=float, default=None,
                     help="long prompts are 16k-32k tokens times this (default: 1 on a GPU, 1/16 on a CPU, "
@@ -111,6 +117,9 @@ def _add_bench_scheduling(bs: argparse.ArgumentParser) -> None:
     bs.add_argument("--quiet", action="store_true", help="no line per run")
     bs.add_argument("--platform", default=None, help="results folder name (default: detected)")
     bs.add_argument("--name", default="scheduling", help="results file name")
+    bs.add_argument("--rescore", nargs="+", default=None, metavar="JSON",
+                    help="add the claims' verdicts to saved scheduling results, in place, from their tables "
+                         "(no model, no device; marked rescored_by this commit) and stop")
     bs.set_defaults(func=cli_bench_scheduling)
 
 
@@ -126,7 +135,18 @@ def _jsonl_appender(path: Path):
     return append
 
 
+def _rescore_scheduling(paths) -> int:
+    from mlxlab.studies.scheduling_claims import rescore_file  # no MLX
+
+    for p in paths:
+        doc = rescore_file(p)
+        print(f"{p}: " + "; ".join(f"{v['claim']} {v['verdict']}" for v in doc["verdicts"]))
+    return 0
+
+
 def cli_bench_scheduling(args: argparse.Namespace) -> int:
+    if args.rescore:
+        return _rescore_scheduling(args.rescore)
     # mlx: the studies are imported when their command runs
     from mlxlab.engine.models import load_model
     from mlxlab.studies.scheduling import format_table, scheduling_study
@@ -139,7 +159,9 @@ def cli_bench_scheduling(args: argparse.Namespace) -> int:
     print(f"[bench scheduling] {args.model}: {model.num_params / 1e6:.1f}M params, dtype={model.dtype}, "
           f"bits={model.bits}; scale {scale:.4g}, chunks {chunk_sizes}, workers {args.workers}, "
           f"repeats {repeats}", flush=True)
-    on_run = _jsonl_appender(results_dir(args.platform) / f"{args.name}_runs.jsonl")  # every run as it ends
+    # quick runs go to data/results/<platform>/quick/, like the notebooks' (not the paper's)
+    folder = results_dir(args.platform) / ("quick" if args.quick else "")
+    on_run = _jsonl_appender(folder / f"{args.name}_runs.jsonl")  # every run as it ends
     study = scheduling_study(model, platform_scale=scale, policies=args.policies or ALL_POLICIES,
                              chunk_sizes=chunk_sizes, workers=args.workers, repeats=repeats,
                              stall_chunk=args.stall_chunk, gate_chunk=args.gate_chunk, seed=args.seed,
@@ -150,7 +172,13 @@ def cli_bench_scheduling(args: argparse.Namespace) -> int:
     # backend switches change what is measured (e.g. MLX_CUDA_USE_CUDNN_SDPA=0): keep them with it
     study["config"]["mlx_env"], study["config"]["mlx_env_warnings"] = mlx_env()
     print(format_table(study))
-    path = save_results(args.name, study, platform=args.platform)
+    from mlxlab.studies.scheduling_claims import parameters, verdicts
+
+    vs = verdicts(study)
+    for v in vs:
+        print(f"[{v['verdict']}] {v['claim']}: {v['measured']}")
+    params = parameters(study, preset=args.model, bits=args.bits, dtype=args.dtype)
+    path = save_results(args.name, study, platform=args.platform, folder=folder, verdicts=vs, parameters=params)
     print(f"wrote {path} ({study['wall_s']:.0f} s)")
     return 0
 
@@ -185,6 +213,7 @@ def cli_speculate(args: argparse.Namespace) -> int:
         format_study,
         speculation_study,
         teacher_forced_agreement,
+        verdicts,
     )
     from mlxlab.train.tiny import DRAFT_PRESET, TARGET_PRESET, weights_dir
 
@@ -200,7 +229,8 @@ def cli_speculate(args: argparse.Namespace) -> int:
     study["models"] = {"target": target.name, "draft": draft.name,
                        "target_params": target.num_params, "draft_params": draft.num_params}
     print(format_study(study))
-    path = save_results(args.name, study, platform=args.platform)
+    params = {k: v for k, v in vars(args).items() if k != "func"}
+    path = save_results(args.name, study, platform=args.platform, verdicts=verdicts(study, k=4), parameters=params)
     print(f"wrote {path}")
     return 0
 

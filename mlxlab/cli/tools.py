@@ -1,37 +1,82 @@
-"""``mlxlab reproduce`` and ``mlxlab paper``: the notebooks headless, and the paper's results tables."""
+"""``mlxlab reproduce`` and ``mlxlab paper``: the notebooks headless, and the paper built from the results."""
 
 from __future__ import annotations
 
 import argparse
 import sys
+from pathlib import Path
 
-from mlxlab.notebook.paper import write_results
-from mlxlab.notebook.reproduce import ReproduceError, reproduce
+from mlxlab.notebook.reproduce import ReproduceError, parse_params, reproduce
+
+REPRODUCE_HELP = """\
+Run the numbered notebooks headless through papermill. Quick mode (--quick) writes to
+data/results/PLATFORM/quick/ and build/figures/; a full run writes data/results/PLATFORM/ and
+paper/figures/ (paper/figures/PLATFORM/ for a platform other than cpu), then exports each
+executed notebook to data/results/PLATFORM/notebooks/NAME.html.
+
+On an NVIDIA GPU (the H200 runs) a notebook run needs, in one Python: mlx's CUDA build and
+mlx-lm (pip install -e ".[cuda13,test]", or the bundle scripts/h200.sh unpacks from .mlxcuda/),
+and the notebook stack of pyproject.toml: papermill, nbformat, nbconvert, ipykernel with a kernel
+named python3 that inherits PYTHONPATH, altair and vl-convert-python (the figures). The bundle
+holds mlx and mlx-lm only, and the H200 machine's Python has none of the notebook stack, so its
+wheels must travel in the bundle too. Then, from the project root on that machine:
+  MLX_CUDA_USE_CUDNN_SDPA=0 bash scripts/h200.sh reproduce --platform h200 \\
+      --param model_name=qwen2.5-coder-1.5b --param bits=4
+(scripts/h200.sh sets PYTHONPATH and MLXLAB_PLATFORM=h200 and copies new results to $OUT). The
+notebooks' defaults are CPU-sized (the tiny preset), hence the --param (04 takes
+--param "models=[qwen2.5-0.5b, llama-3.2-1b, qwen2.5-coder-1.5b]" instead); cuDNN attention off keeps
+its per-shape graph builds out of the timings, as in the H200 scheduling and validation runs.
+"""
 
 
 def register(sub: argparse._SubParsersAction) -> None:
     """Add ``reproduce`` and ``paper`` to the ``mlxlab`` command's subcommands."""
-    rp = sub.add_parser("reproduce", help="run the notebooks headless through papermill")
+    rp = sub.add_parser("reproduce", help="run the notebooks headless through papermill",
+                        description=REPRODUCE_HELP, formatter_class=argparse.RawDescriptionHelpFormatter)
     rp.add_argument("--quick", action="store_true", help="quick mode: small sizes, a minute or two each")
     rp.add_argument("--only", nargs="+", default=None, help="notebook numbers or name parts, e.g. 5 or admission")
-    rp.add_argument("--platform", default=None, help="results folder name (default: detected)")
+    rp.add_argument("--platform", default=None,
+                    help="results folder name, passed to every notebook (default: detected, e.g. cpu or h200)")
+    rp.add_argument("--param", action="append", default=[], metavar="KEY=VALUE",
+                    help="a notebook parameter (value read as YAML: 4, null, [1, 2]); repeatable")
+    rp.add_argument("--no-html", action="store_true", help="after a full run, do not export the notebooks to HTML")
     rp.set_defaults(func=cli_reproduce)
 
-    pp = sub.add_parser("paper", help="regenerate paper/results.md from data/results")
+    pp = sub.add_parser("paper", help="build the paper (HTML and PDF) from data/results and data/claims",
+                        description="Render paper/paper.md.j2 with every number inserted from data/results and "
+                                    "data/claims into DIR/index.html (figures embedded) and DIR/paper.pdf (headless "
+                                    "Chromium). A missing results file or key fails the build, naming the file and "
+                                    "the key path.")
+    pp.add_argument("--out", type=Path, default=None, help="output folder (default: build/paper/)")
+    pp.add_argument("--no-pdf", action="store_true", help="write the HTML only")
     pp.set_defaults(func=cli_paper)
 
 
 def cli_reproduce(args: argparse.Namespace) -> int:
     try:
-        done = reproduce(quick=args.quick, only=args.only, platform=args.platform)
+        done = reproduce(quick=args.quick, only=args.only, platform=args.platform,
+                         parameters=parse_params(args.param), export_html=not args.no_html)
     except ReproduceError as exc:
         print(f"mlxlab reproduce: {exc}", file=sys.stderr)
         return 1
     for d in done:
-        print(f"{d['notebook']:40s} {d['seconds']:7.1f} s  -> {d['output']}")
+        print(f"{d['notebook']:40s} {d['seconds']:7.1f} s  -> {d['output']}" + (f"  ({d['html']})" if d.get("html") else ""))
     return 0
 
 
 def cli_paper(args: argparse.Namespace) -> int:
-    print(f"wrote {write_results()}")
+    from mlxlab.paper.context import PaperDataError
+    from mlxlab.paper.render import PaperBuildError, build  # Jinja2 and markdown-it load only here
+
+    try:
+        res = build(args.out, pdf=not args.no_pdf)
+    except (PaperBuildError, PaperDataError) as exc:
+        print(f"mlxlab paper: {exc}", file=sys.stderr)
+        return 1
+    print(f"wrote {res.html} ({len(res.used)} results files, {len(res.figures)} figures)")
+    if res.pdf:
+        print(f"wrote {res.pdf}")
+    elif not args.no_pdf:  # no Chromium: the HTML stands; Chromium failing is an error
+        print(f"mlxlab paper: no PDF: {res.pdf_error}", file=sys.stderr)
+        return 0 if res.pdf_error.startswith("no chromium") else 1
     return 0

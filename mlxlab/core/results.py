@@ -39,7 +39,9 @@ def _git_commit() -> Optional[str]:
 def _git_dirty() -> Optional[bool]:
     """Whether tracked code differed from the commit when the result was written (results and
     figures under data/ and paper/ do not count: a run that rewrites them is not a dirty run)."""
-    out = _git("status", "--porcelain", "--untracked-files=no", "--", ".", ":!data", ":!paper")
+    # pathspecs from the top of the checkout: git runs in mlxlab/core/, where "." is that folder only
+    out = _git("status", "--porcelain", "--untracked-files=no", "--", ":(top)", ":(top,exclude)data",
+               ":(top,exclude)paper")
     return None if out is None else bool(out.strip())
 
 

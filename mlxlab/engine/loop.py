@@ -102,6 +102,8 @@ class Engine(PlanExecutor):
         prefix_cache: a :class:`mlxlab.engine.prefix_cache.PrefixCache`: each submitted prompt starts
             from the KV of its longest cached prefix (only the rest is prefilled), and each
             finished request's prompt + output go into the cache (a chat's next turn hits).
+            A ``kv_bits`` request stores and restores quantized KV, matching only entries of
+            its own quantization.
         warmup: "off", "token" (one short request after load, as the case study's "Hi") or
             "shapes" (also a prompt at ``chunk_size`` and decode at batch sizes 1 and 8), run
             before the engine's clock starts; the seconds spent are in ``warmup_s``.
@@ -229,7 +231,7 @@ class Engine(PlanExecutor):
     def _restore(self, seq: SequenceState) -> None:
         """Start a new prompt from the KV of its longest prefix in the prefix cache."""
         if self.prefix_cache is not None:
-            n, caches = self.prefix_cache.lookup(seq.req.prompt, self.module)
+            n, caches = self.prefix_cache.lookup(seq.req.prompt, self.module, kv=seq.kv)
             if n:
                 seq.cache, seq.prefilled, seq.req.cached_tokens = caches, n, n
 
@@ -275,10 +277,11 @@ class Engine(PlanExecutor):
         """Put a finished row's prompt + read output and its KV into the prefix cache. The row
         holds the KV of every token fed so far (the last output token is never fed); the cache
         stores as many positions as the row has, keyed by those tokens."""
-        if self.prefix_cache is None or s.remembered or s not in self._decoding:
+        if self.prefix_cache is None or s.remembered or not (s in self._decoding or s in self._solo):
             return
-        s.remembered = True
-        self.prefix_cache.insert(s.req.prompt + s.req.output_tokens, self._batch.row(self._decoding.index(s)))
+        s.remembered = True  # a quantized-KV row (solo) keeps its own cache
+        row = self._batch.row(self._decoding.index(s)) if s in self._decoding else s.cache
+        self.prefix_cache.insert(s.req.prompt + s.req.output_tokens, row)
 
     # ------------------------------------------------------------------ one step
     def _step(self) -> Optional[StepRecord]:

@@ -1,7 +1,12 @@
 """Run the numbered notebooks headless through papermill: ``mlxlab reproduce [--quick] [--only N]``.
 
 Executed copies go to ``build/notebooks/`` (git-ignored). A failure names the notebook and the
-cell (papermill's own error carries the cell index) and stops the run.
+cell (papermill's own error carries the cell index) and stops the run. After a full run each
+executed notebook is also exported to HTML (nbconvert) beside the results it wrote,
+``data/results/<platform>/notebooks/<name>.html``, so a reader can see the run that made them.
+``platform`` is passed to every notebook (``nb.setup`` names the results folder after it); a full
+run for a platform other than ``cpu`` writes its figures to ``paper/figures/<platform>/`` so it
+does not overwrite the CPU figures the paper embeds.
 """
 
 from __future__ import annotations
@@ -10,7 +15,7 @@ import time
 from pathlib import Path
 from typing import Dict, List, Optional, Sequence
 
-from mlxlab.core.paths import ROOT
+from mlxlab.core.paths import ROOT, data_dir
 
 NOTEBOOKS = ROOT / "notebooks"
 BUILD = ROOT / "build" / "notebooks"
@@ -36,6 +41,34 @@ def list_notebooks(only: Optional[Sequence[str]] = None, notebooks_dir: Optional
     return nbs
 
 
+def parse_params(items: Sequence[str]) -> Dict:
+    """``["bits=4", "model_name=qwen2.5-coder-1.5b"]`` -> ``{"bits": 4, "model_name": "..."}``
+    (each value read as YAML, as papermill's ``-y`` does)."""
+    import yaml
+
+    out = {}
+    for item in items or ():
+        key, sep, value = item.partition("=")
+        if not sep or not key.strip():
+            raise ReproduceError(f"--param {item!r}: give KEY=VALUE")
+        out[key.strip()] = yaml.safe_load(value)
+    return out
+
+
+def export_notebook_html(executed: Path, dest: Path) -> Path:
+    """An executed notebook as one standalone HTML page (nbconvert's ``HTMLExporter``), with the
+    checkout's own path written relative (a committed page names no machine's folders)."""
+    import nbformat
+    from nbconvert import HTMLExporter
+
+    body, _ = HTMLExporter().from_notebook_node(nbformat.read(str(executed), as_version=4))
+    body = body.replace(str(ROOT) + "/", "").replace(str(ROOT), ".")  # paths of this checkout, relative
+    dest = Path(dest)
+    dest.parent.mkdir(parents=True, exist_ok=True)
+    dest.write_text(body, encoding="utf-8")
+    return dest
+
+
 def _failed_cell(exc) -> str:
     idx = getattr(exc, "cell_index", None)
     ename, evalue = getattr(exc, "ename", type(exc).__name__), getattr(exc, "evalue", str(exc))
@@ -44,15 +77,28 @@ def _failed_cell(exc) -> str:
 
 def reproduce(*, quick: bool = True, only: Optional[Sequence[str]] = None, platform: Optional[str] = None,
               parameters: Optional[Dict] = None, out_dir: Optional[Path] = None, kernel_name: Optional[str] = None,
-              progress: bool = True, notebooks_dir: Optional[Path] = None) -> List[Dict]:
-    """Execute the notebooks; returns one dict per notebook (name, seconds, output path).
-    Raises :class:`ReproduceError` naming the notebook and cell on the first failure."""
+              progress: bool = True, notebooks_dir: Optional[Path] = None, export_html: bool = True,
+              html_dir: Optional[Path] = None) -> List[Dict]:
+    """Execute the notebooks; returns one dict per notebook (name, seconds, output path, and
+    after a full run with ``export_html`` the HTML export, default folder
+    ``data/results/<platform>/notebooks/``). Raises :class:`ReproduceError` naming the notebook
+    and cell on the first failure."""
     import papermill as pm  # heavy (nbclient, jupyter): only a run needs it, not `mlxlab --help`
 
     out_dir = Path(out_dir) if out_dir else BUILD
     out_dir.mkdir(parents=True, exist_ok=True)
     nbs = list_notebooks(only, notebooks_dir)
-    params = {"quick": quick, **({"platform": platform} if platform else {}), **(parameters or {})}
+    params = {"quick": quick, **({"platform": platform} if platform else {})}
+    if not quick:
+        from mlxlab.core.environment import platform_name
+
+        plat = platform or platform_name()
+        if plat != "cpu":  # keep the CPU figures the paper embeds
+            params["figures_dir"] = str(ROOT / "paper" / "figures" / plat)
+        if export_html and html_dir is None:  # beside the results the run writes
+            res = (parameters or {}).get("results_dir")
+            html_dir = (Path(res) if res else data_dir() / "results" / plat) / "notebooks"
+    params.update(parameters or {})
     bar = None
     if progress:
         # optional plumbing: only a run with a progress bar needs it
@@ -74,7 +120,10 @@ def reproduce(*, quick: bool = True, only: Optional[Sequence[str]] = None, platf
         finally:
             if bar is not None:
                 bar.update(1)
-        done.append({"notebook": nb.name, "seconds": round(time.perf_counter() - t0, 1), "output": str(out)})
+        entry = {"notebook": nb.name, "seconds": round(time.perf_counter() - t0, 1), "output": str(out)}
+        if not quick and export_html:
+            entry["html"] = str(export_notebook_html(out, Path(html_dir) / f"{nb.stem}.html"))
+        done.append(entry)
     if bar is not None:
         bar.close()
     return done

@@ -2,18 +2,22 @@
 
 Every figure is a median over repeats (p99 and the raw samples are kept too), and every ratio
 is mlxlab / mlx-lm measured in the same process, alternating the two sides so drift in the
-machine hits both equally.
+machine hits both equally. :func:`verdicts` scores the claims these runs decide
+(``mlx-engine-exact``, ``mlx-engine-speed``, ``s001-batching-cheap``); the overview notebook and
+``mlxlab bench engine`` both store them.
 """
 
 from __future__ import annotations
 
+import math
 import statistics
 import time
-from typing import Dict, List, Sequence
+from typing import Dict, List, Mapping, Optional, Sequence
 
 import mlx.core as mx
 from mlx_lm.generate import BatchGenerator, generate_step
 
+from mlxlab.core.claims import verdict
 from mlxlab.core.metrics import median_and_p99
 from mlxlab.core.presets import model_limits, module_of
 from mlxlab.engine.loop import Engine
@@ -99,7 +103,9 @@ def bench_engine(model, *, prompt_tokens: int = 512, decode_tokens: int = 128, b
     of ``batch`` concurrent streams against ``BatchGenerator``, on the same model object.
 
     Returns a dict with, per metric, both sides' median/p99 and the ratio mlxlab / mlx-lm
-    (above 1 means the engine is faster), plus whether greedy tokens agreed."""
+    (above 1 means the engine is faster), whether greedy tokens agreed, and
+    ``batch_step_cost`` (:func:`batch_step_cost`: the engine's batch-``batch`` decode step
+    against one stream of that batch decoding alone)."""
     vocab = model_limits(model)[0]
     prompt = random_prompt(prompt_tokens, vocab, seed)
     prompts = [random_prompt(batch_prompt_tokens + 3 * i, vocab, seed + 1 + i) for i in range(batch)]
@@ -110,7 +116,8 @@ def bench_engine(model, *, prompt_tokens: int = 512, decode_tokens: int = 128, b
     mlx_lm_batched(model, [p[:16] for p in prompts], 4, chunk_size)
     engine_batched(model, [p[:16] for p in prompts], 4, chunk_size)
 
-    s = {k: [] for k in ("prefill_ours", "prefill_ref", "decode_ours", "decode_ref", "batch_ours", "batch_ref")}
+    s = {k: [] for k in ("prefill_ours", "prefill_ref", "decode_ours", "decode_ref", "batch_ours", "batch_ref",
+                         "solo_ours")}
     agree_single, agree_batch = True, True
     prefix = {"single": [], "batched": []}  # tokens equal before the first difference, per repeat
     steps = range(repeats)
@@ -133,6 +140,9 @@ def bench_engine(model, *, prompt_tokens: int = 512, decode_tokens: int = 128, b
                 s["decode_ours"].append((len(ours["times"]) - 1) / (ours["times"][-1] - ours["times"][0]))
                 bours = engine_batched(model, prompts, decode_tokens, chunk_size)
                 s["batch_ours"].append(window_throughput(bours["times"]))
+                # one stream of the batch alone: the batch-1 step at the batch's own context
+                solo = engine_single(model, prompts[0], decode_tokens, chunk_size)
+                s["solo_ours"].append((len(solo["times"]) - 1) / (solo["times"][-1] - solo["times"][0]))
         agree_single &= ours["tokens"] == ref["tokens"]
         agree_batch &= bours["tokens"] == bref["tokens"]
         prefix["single"].append(common_prefix(ours["tokens"], ref["tokens"]))
@@ -144,8 +154,160 @@ def bench_engine(model, *, prompt_tokens: int = 512, decode_tokens: int = 128, b
         "single_prefill_tok_s": _ratio(s["prefill_ours"], s["prefill_ref"]),
         "single_decode_tok_s": _ratio(s["decode_ours"], s["decode_ref"]),
         "batched_decode_tok_s": _ratio(s["batch_ours"], s["batch_ref"]),
+        "batch_step_cost": batch_step_cost(s["batch_ours"], s["solo_ours"], batch),
         "greedy_tokens_agree": {"single": agree_single, "batched": agree_batch},
         # in bfloat16 a near-tie can flip one token and everything after it differs: how far they agree
         "greedy_common_prefix_min": {k: min(v) for k, v in prefix.items()},
         "samples": s,
     }
+
+
+def batch_step_cost(batched_tok_s: Sequence[float], solo_tok_s: Sequence[float], batch: int) -> Dict:
+    """What one decode step of ``batch`` streams costs against a step of one stream at the same
+    context, per repeat: step_ms_batch = 1000 * batch / aggregate tok/s, step_ms_b1 = 1000 / solo
+    tok/s, ``ratio_x`` their ratio (1: batching is free, ``batch``: no sharing at all) and
+    ``aggregate_speedup_x`` = aggregate / solo tok/s, both as the median of per-repeat values."""
+    pairs = [(b, s) for b, s in zip(batched_tok_s, solo_tok_s) if math.isfinite(b) and math.isfinite(s) and b > 0]
+    ratios = sorted(batch * s / b for b, s in pairs)
+    return {"batch": batch, "step_ms_b1": median_and_p99([1e3 / s for _, s in pairs]),
+            "step_ms_batch": median_and_p99([1e3 * batch / b for b, _ in pairs]),
+            "ratio_x": float(statistics.median(ratios)) if ratios else float("nan"), "paired_ratios": ratios,
+            "aggregate_speedup_x": float(statistics.median([b / s for b, s in pairs])) if pairs else float("nan")}
+
+
+def exactness_check(model, lengths: Sequence[int] = (7, 40, 90, 3), max_tokens: int = 12, chunk_size: int = 16,
+                    seed: int = 0) -> Dict:
+    """Greedy tokens of requests that arrive two engine steps apart (so they join while others
+    prefill and decode) against ``generate_step`` on each prompt alone. Per request: equal,
+    the common prefix, and the reference's gap between its two best log-probabilities where
+    the streams part (a near-tie there means rounding, not a bug, chose the token)."""
+    vocab = model_limits(model)[0]
+    prompts = [random_prompt(n, vocab, seed + i) for i, n in enumerate(lengths)]
+    eng = Engine(model, chunk_size=chunk_size)
+    reqs = []
+    for p in prompts:
+        reqs.append(eng.submit(p, max_tokens))
+        eng.step()
+        eng.step()
+    eng.run()
+    rows = []
+    for p, r in zip(prompts, reqs):
+        ref, gaps = [], []
+        for tok, logprobs in generate_step(mx.array(p), module_of(model), max_tokens=max_tokens):
+            top2 = mx.sort(logprobs.reshape(-1))[-2:]
+            ref.append(int(tok))
+            gaps.append(float((top2[1] - top2[0]).item()))
+        n = common_prefix(r.output_tokens, ref)
+        rows.append({"prompt_tokens": len(p), "equal": r.output_tokens == ref, "common_prefix": n,
+                     "tokens": len(ref), "ref_top2_gap_at_split": gaps[n] if n < len(gaps) else None})
+    return {"chunk_size": chunk_size, "max_tokens": max_tokens, "requests": rows}
+
+
+def paired_band(paired: Sequence[float], floor: float) -> tuple:
+    """(median, band) of paired per-repeat ratios: band = max(``floor``, 3 x MAD / sqrt(n)), the
+    distance from the median inside which a difference is repeat-to-repeat noise (MAD: median
+    absolute deviation of the ratios from their median)."""
+    v = [x for x in paired if x is not None and math.isfinite(x)]
+    if not v:
+        return float("nan"), float("nan")
+    med = float(statistics.median(v))
+    mad = float(statistics.median([abs(x - med) for x in v]))
+    return med, max(floor, 3 * mad / math.sqrt(len(v)))
+
+
+SPEED_METRICS = {"prefill": ("single_prefill_tok_s", "generate_step"),
+                 "decode": ("single_decode_tok_s", "generate_step"),
+                 "batched_decode": ("batched_decode_tok_s", "BatchGenerator")}
+
+
+def _exact_verdict(presets: Mapping[str, Mapping], exact: Optional[Mapping]) -> Dict:
+    rows = list(exact["requests"]) if exact else []
+    single = all(r["greedy_tokens_agree"]["single"] for r in presets.values())
+    batched = all(r["greedy_tokens_agree"]["batched"] for r in presets.values())
+    prefixes = [r["common_prefix"] for r in rows if not r["equal"]]
+    for res in presets.values():
+        agree, pre = res["greedy_tokens_agree"], res.get("greedy_common_prefix_min", {})
+        prefixes += [pre[k] for k in ("single", "batched") if not agree[k] and k in pre]
+    equal = sum(r["equal"] for r in rows)
+    dtypes = sorted({str(r["model"]["dtype"]).replace("mlx.core.", "") for r in presets.values() if "model" in r})
+    measured = {"exact_requests_equal": equal if exact else None, "exact_requests": len(rows) if exact else None,
+                "bench_single_agree": single, "bench_batched_agree": batched,
+                "decode_tokens": min((r["config"]["decode_tokens"] for r in presets.values()), default=None),
+                "common_prefix_min_tokens": min(prefixes) if prefixes else None,
+                "dtype": ",".join(dtypes) or None}
+    ok = single and batched and equal == len(rows)
+    return verdict(
+        "mlx-engine-exact", "reproduced" if ok else "not reproduced", measured=measured,
+        rule="Reproduced when every compared stream has the reference's greedy tokens exactly: the staggered-arrival "
+             "check against generate_step (when run) and every bench repeat, one stream against generate_step and "
+             "eight against BatchGenerator; any difference is not reproduced (common_prefix_min_tokens: how far "
+             "the first differing stream agreed).",
+        fairness="Same model object and prompts on both sides, in one process; in bfloat16 or float16 a near-tie "
+                 "between the two best logits can flip a token through rounding alone, so a difference on a GPU "
+                 "dtype is weaker evidence than one in float32.")
+
+
+def _speed_verdict(presets: Mapping[str, Mapping], floor: float) -> Dict:
+    measured, slower, worst = {}, [], {}
+    for name, res in presets.items():
+        for m, (key, _vs) in SPEED_METRICS.items():
+            med, band = paired_band(res[key].get("paired_ratios") or [res[key]["ratio"]], floor)
+            if not math.isfinite(med):
+                continue
+            if med < 1 - band:
+                slower.append(f"{name}:{m}")
+            if m not in worst or med + band < worst[m][0] + worst[m][1]:
+                worst[m] = (med, band)
+    for m in SPEED_METRICS:
+        med, band = worst.get(m, (None, None))
+        measured[f"{m}_ratio_x"], measured[f"{m}_band_x"] = med, band
+    measured.update({"slower": ",".join(slower), "presets": len(presets),
+                     "repeats": min((r["config"]["repeats"] for r in presets.values()), default=None)})
+    if len(worst) < len(SPEED_METRICS):
+        v = "not measured"
+    else:
+        v = "not reproduced" if slower else "reproduced"
+    return verdict(
+        "mlx-engine-speed", v, measured=measured,
+        rule=f"Per model and metric, the median of the per-repeat paired ratios mlxlab / mlx-lm (prefill and decode "
+             f"vs generate_step, 8-stream decode vs BatchGenerator); a metric is slower when that median is below "
+             f"1 - band, band = max({floor:g}, 3 x MAD / sqrt(repeats)) of the paired ratios. Reproduced when no "
+             f"metric is slower; *_ratio_x / *_band_x are the closest-to-slower model's.",
+        fairness="Both sides run on the same model object in the same process, back to back in every repeat with "
+                 "the order alternating, after an untimed warm-up of both; the band widens with the measured "
+                 "repeat-to-repeat spread, so few or noisy repeats can only hide a small slowdown, not invent one.")
+
+
+def _cheap_verdict(presets: Mapping[str, Mapping], cheap_max_x: float) -> Dict:
+    costs = {n: r["batch_step_cost"] for n, r in presets.items() if "batch_step_cost" in r
+             and math.isfinite(r["batch_step_cost"]["ratio_x"])}
+    rule = (f"Cheap means a decode step of the whole batch costs at most {cheap_max_x:g}x a one-stream step at the "
+            f"same context (so B streams decode at least B/{cheap_max_x:g} times as fast as one); reproduced when "
+            f"the median per-repeat ratio step_cost_ratio_x is at most {cheap_max_x:g} on every model (the worst is "
+            f"reported, with its band 3 x MAD / sqrt(repeats)), not reproduced otherwise.")
+    if not costs:
+        return verdict("s001-batching-cheap", "not measured", measured=None, rule=rule,
+                       fairness="these runs have no batch_step_cost (written before it was measured)")
+    name, c = max(costs.items(), key=lambda kv: kv[1]["ratio_x"])
+    _med, band = paired_band(c["paired_ratios"], 0.0)
+    measured = {"step_cost_ratio_x": c["ratio_x"], "step_cost_band_x": band, "batch": c["batch"],
+                "step_ms_b1": c["step_ms_b1"]["median"], "step_ms_batch": c["step_ms_batch"]["median"],
+                "aggregate_speedup_x": c["aggregate_speedup_x"], "model": name}
+    return verdict(
+        "s001-batching-cheap", "reproduced" if c["ratio_x"] <= cheap_max_x else "not reproduced", measured=measured,
+        rule=rule,
+        fairness="The engine's batched decode (all streams decoding) against one stream of that batch decoding alone "
+                 "on the same engine and model, in the same repeat; the seed's model is a 35B MoE read from 546 GB/s "
+                 "memory, where weight reads dominate a step far more than for a small model on this device.")
+
+
+def verdicts(presets: Mapping[str, Mapping], exact: Optional[Mapping] = None, *, speed_floor: float = 0.02,
+             cheap_max_x: float = 2.0) -> List[Dict]:
+    """The verdicts of ``mlx-engine-exact``, ``mlx-engine-speed`` and ``s001-batching-cheap`` from
+    :func:`bench_engine` results by model name (``presets``) and, optionally, an
+    :func:`exactness_check`. Measured keys: exact: exact_requests_equal, exact_requests,
+    bench_single_agree, bench_batched_agree, decode_tokens, common_prefix_min_tokens, dtype;
+    speed: {prefill,decode,batched_decode}_ratio_x and _band_x, slower, presets, repeats;
+    cheap: step_cost_ratio_x, step_cost_band_x, batch, step_ms_b1, step_ms_batch,
+    aggregate_speedup_x, model."""
+    return [_exact_verdict(presets, exact), _speed_verdict(presets, speed_floor), _cheap_verdict(presets, cheap_max_x)]

@@ -135,9 +135,10 @@ def measure_bandwidth(nbytes: int = 256 * 2**20, repeats: int = 10) -> dict:
     Rebinding ``x`` lets mlx donate the input buffer to the output, so every pass runs in place:
     no fresh allocation, no page faults, and no hidden write-allocate read (a separate output
     buffer would cost ~3 * nbytes of traffic on a CPU). One untimed warm-up pass.
-    Returns gb_s (median over ``repeats``), best_gb_s, device, device_name, nbytes, times_s.
+    Returns gb_s (median over ``repeats``), best_gb_s, cv (std / mean of the per-pass rates),
+    device, device_name, nbytes, times_s.
     """
-    import mlx.core as mx  # the only mlx in this module: the rest is arithmetic on configs
+    import mlx.core as mx  # mlx only inside the measuring functions: the rest is arithmetic on configs
 
     x = mx.zeros((max(nbytes // 4, 1),), dtype=mx.float32)
     mx.eval(x)
@@ -154,8 +155,61 @@ def measure_bandwidth(nbytes: int = 256 * 2**20, repeats: int = 10) -> dict:
         name = mx.device_info().get("device_name", "")
     except Exception:  # older mlx
         name = ""
-    return dict(gb_s=moved / statistics.median(times) / 1e9, best_gb_s=moved / min(times) / 1e9,
+    rates = [moved / t for t in times]
+    cv = statistics.stdev(rates) / statistics.mean(rates) if len(rates) > 1 else float("nan")
+    return dict(gb_s=moved / statistics.median(times) / 1e9, best_gb_s=moved / min(times) / 1e9, cv=cv,
                 device=str(mx.default_device()), device_name=name, nbytes=x.nbytes, times_s=times)
+
+
+def measure_decode(model, *, prompt_tokens: int = 128, decode_tokens: int = 64, repeats: int = 5,
+                   seed: int = 0) -> dict:
+    """Single-stream decode tok/s of a loaded model through mlx-lm's ``generate_step`` (the
+    reference implementation), on one random prompt of ``prompt_tokens``: per repeat,
+    (tokens - 1) / (last token time - first token time), so the prefill is not counted. One
+    untimed run of the same shapes first. Returns tok_s (per repeat), median, p99, min, max, n,
+    cv (std / mean over repeats), prompt_tokens, decode_tokens and context_tokens_mean (the
+    mean context a decode step reads)."""
+    import numpy as np  # with mlx: only when measuring
+
+    from mlxlab.core.metrics import median_and_p99
+    from mlxlab.core.presets import model_limits
+    from mlxlab.engine.warmup import random_prompt
+    from mlxlab.studies.bench import mlx_lm_single
+
+    vocab, _ = model_limits(model)
+    prompt = random_prompt(prompt_tokens, vocab, seed)
+    mlx_lm_single(model, prompt, decode_tokens, prefill_step_size=max(prompt_tokens, 1))  # warm-up
+    rates = []
+    for _ in range(repeats):
+        t = mlx_lm_single(model, prompt, decode_tokens, prefill_step_size=max(prompt_tokens, 1))["times"]
+        rates.append((len(t) - 1) / (t[-1] - t[0]))
+    v = np.asarray(rates)
+    return {**median_and_p99(rates), "tok_s": rates,
+            "cv": float(v.std(ddof=1) / v.mean()) if v.size > 1 else float("nan"),
+            "prompt_tokens": prompt_tokens, "decode_tokens": decode_tokens,
+            "context_tokens_mean": prompt_tokens + decode_tokens / 2}
+
+
+def measure_kv_cache(model, tokens: int = 512, seed: int = 0) -> dict:
+    """The bytes mlx-lm's prompt cache holds after one forward pass over ``tokens`` random tokens:
+    the sum of every layer cache's ``nbytes``, over the positions allocated (mlx-lm's ``KVCache``
+    grows in steps of 256, so a multiple of 256 allocates exactly ``tokens``). Returns nbytes,
+    tokens, allocated_tokens and bytes_per_token (nbytes / allocated_tokens)."""
+    import mlx.core as mx  # only when measuring
+    from mlx_lm.models.cache import make_prompt_cache
+
+    from mlxlab.core.presets import model_limits, module_of
+    from mlxlab.engine.warmup import random_prompt
+
+    module = module_of(model)
+    cache = make_prompt_cache(module)
+    logits = module(mx.array(random_prompt(tokens, model_limits(model)[0], seed))[None], cache=cache)
+    mx.eval(logits, [a for c in cache for a in (getattr(c, "keys", None), getattr(c, "values", None))
+                     if isinstance(a, mx.array)])
+    nbytes = sum(int(getattr(c, "nbytes", 0)) for c in cache)
+    allocated = max((int(c.keys.shape[2]) for c in cache if getattr(c, "keys", None) is not None), default=tokens)
+    return {"nbytes": nbytes, "tokens": tokens, "allocated_tokens": allocated,
+            "bytes_per_token": nbytes / allocated if allocated else float("nan")}
 
 
 def load_hardware_table(path=None, as_frame: bool = False):

@@ -9,15 +9,19 @@
 * ``gate``: the same under ``admission_gate`` at ``gate_chunk``, for every ``W`` in ``workers``;
 * ``tradeoff``: a chat plus one long prompt under ``interleave`` at each chunk size (the
   ITL-vs-chunk and TTFT-vs-chunk curves);
-* ``stall_free`` and ``slo``: a chat plus one long prompt; ``slo`` also with nobody decoding;
+* ``stall_free`` and ``slo``: a chat plus one long prompt; ``slo`` also with nobody decoding; with
+  both ``admission_gate`` and ``stall_free``, the gate too on stall_free's terms (its chunk = the
+  token budget, the same prompt);
 * ``overlap``: the engine's ``overlap=True`` mode at each chunk size.
 
 It reads in three steps: the plan (:mod:`mlxlab.studies.scheduling_plan`: sizes and the list of
 configurations), the runs (here: every configuration ``repeats`` times, the repeats loop
 outermost so slow drift in the machine hits every configuration alike) and the verdict
 (:mod:`mlxlab.studies.scheduling_verdict`: medians over repeats, p50/p99 over the pooled
-contended gaps of all repeats, one claim per goal). Per run the numbers come from
-:func:`~mlxlab.studies.scheduling_metrics.run_metrics`.
+contended gaps of all repeats, one goal per entry of its ``claims`` list). Per run the numbers come
+from :func:`~mlxlab.studies.scheduling_metrics.run_metrics`. The verdicts on the claims files'
+claims are decided from the result by :func:`mlxlab.studies.scheduling_claims.verdicts`, which
+the CLI stores beside it.
 
 Prompt lengths follow ``platform_scale``: batch prompts are ``(16384, 32768) * platform_scale``
 tokens (1.0 on an H200 with a 1.5B model; 1/16 on a CPU with ``small``: 1,024-2,048 tokens).

@@ -35,6 +35,16 @@ def ratio(a: float, b: float) -> float:
     return a / b if (b and math.isfinite(a) and math.isfinite(b)) else float("nan")
 
 
+def spread(v) -> Optional[float]:
+    """The repeat-to-repeat spread of ``v``: (max - min) / median of its finite values; None with
+    fewer than two (one repeat measures no spread) or a median of 0."""
+    v = [float(x) for x in (v or []) if x is not None and math.isfinite(x)]
+    if len(v) < 2:
+        return None
+    m = float(np.median(v))
+    return (max(v) - min(v)) / m if m > 0 else None
+
+
 def _contended(chat, batch):
     """(the chat's gaps inside the batch's prefill window, whether every chat stream covered the
     whole window); all gaps and None when there is no window."""
@@ -108,6 +118,7 @@ def aggregate(runs: List[dict]) -> dict:
         out[k] = med([r.get(k, float("nan")) for r in runs])
     out["chat_worst_gap_runs_s"] = [r["chat_worst_gap_s"] for r in runs]
     out["long_ttft_runs_s"] = [r["long_ttft_s"] for r in runs]
+    out["chat_itl_p99_runs_s"] = [r["chat_itl_p99_s"] for r in runs]  # each repeat's own p99: its spread
     out["pooled_itl_p50_s"] = q(pooled, 50)
     out["pooled_itl_p99_s"] = q(pooled, 99)
     out["pooled_itl_max_s"] = max(pooled) if pooled else float("nan")

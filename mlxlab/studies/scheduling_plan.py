@@ -205,7 +205,8 @@ class Calibration:
 
 def contention_jobs(plan: StudyPlan, calib: Calibration) -> List[Job]:
     """The stall (interleave, mlx-lm) and gate runs per worker count, the chunk trade-off, and
-    stall_free, slo and overlap against one long prompt; the chat sized to outlast them."""
+    stall_free (with the gate on its terms where both run), slo and overlap against one long
+    prompt; the chat sized to outlast them."""
     hi, jobs = plan.hi, []
 
     def add(key, kind, chunk, chat_tokens, workers, prompts, scenario, *, executor="engine", policy=None, opts=None):
@@ -238,6 +239,11 @@ def contention_jobs(plan: StudyPlan, calib: Calibration) -> List[Job]:
         # the same policy with its decode and chunk run back to back: the cost of not fusing
         add(f"contended/stall_free_unfused/b{b}", "stall_free", b, outlast(1, max(1, b - 1)), 1, hi, "contended",
             policy="stall_free (unfused)", opts={"token_budget": b, "fuse": False})
+        if "admission_gate" in plan.run:
+            # the gate on stall_free's terms (one hi-token prompt, chunk = the token budget, the same
+            # chat): the two decide s001-gate-vs-stall-free side by side
+            add(f"contended/admission_gate/c{b}", "admission_gate", b, outlast(1, max(1, b - 1)), 1, hi, "contended",
+                opts={"big_prompt_tokens": max(1, plan.lo // 2)})
     if "slo" in plan.run:
         _add_slo_jobs(add, plan, calib, outlast(1, plan.slo_min_chunk))
     if "overlap" in plan.run:

@@ -1,5 +1,9 @@
 """The scheduling study's verdict: references, one table row per configuration, and one claim per
-goal (name, goal, measured, passed, status, evidence), from the runs' medians over repeats."""
+goal (name, goal, measured, passed, status, evidence), from the runs' medians over repeats.
+
+The ``claims`` list is the study's own goals, kept in the payload (the stall ones are evidence for
+``s001-stall-crawl``); the verdict records on the claims of ``data/claims`` are decided from the
+same result by :mod:`mlxlab.studies.scheduling_claims`."""
 
 from __future__ import annotations
 

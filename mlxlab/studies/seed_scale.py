@@ -4,15 +4,16 @@
 (:func:`mlxlab.sim.published.seed001_profile`) with the case study's scenarios at 60k-token
 scale: the prompt's TTFT floor, the TTFT-vs-chunk and chat-ITL-vs-chunk curves over 256-4,096,
 the 0.67 tok/s crawl without a gate and the 60-70 tok/s windows with one, and where
-``stall_free`` and ``slo`` fall on the same TTFT/ITL plane. Each figure becomes a claim: name,
-published, measured, verdict.
+``stall_free`` and ``slo`` fall on the same TTFT/ITL plane. The figures the profile is fitted on
+come back in a ``calibration`` block (input, value given back, residual) and get no verdict; the
+ones it predicts are scored by :mod:`mlxlab.studies.seed_scale_verdict`.
 """
 
 from __future__ import annotations
 
-import math
 import time
-from typing import Callable, Dict, List, Optional, Sequence
+from pathlib import Path
+from typing import Callable, List, Optional, Sequence, Union
 
 import numpy as np
 
@@ -20,9 +21,13 @@ from mlxlab.core.results import jsonable, save_results
 from mlxlab.core.runner import RunResult, run_workload
 from mlxlab.core.workload import BatchTenant, ChatTenant, Workload
 from mlxlab.sim.fit import coefficients
-from mlxlab.sim.published import seed001_cost_model, seed001_figures
+from mlxlab.sim.published import calibration_inputs, seed001_cost_model, seed001_figures
 from mlxlab.sim.simulator import Simulator
+from mlxlab.studies.seed_scale_verdict import calibration_block, format_verdicts, seed_scale_verdicts
 
+#: A smaller plane for quick runs: the chunk sizes the verdicts read (512, 1,024, 2,048) and one
+#: point per other policy, so a quick run stores the same verdicts as a full one.
+QUICK = {"chunk_sizes": (512, 1024, 2048), "stall_free_budgets": (512,), "slo_targets_s": (0.5,)}
 GATE = {"big_prompt_tokens": 4096}  # the gates' "big prompt": the batch prompts and the 60k one, not the chat
 
 
@@ -147,7 +152,7 @@ def seed_scale_study(cost_model=None, *, chunk_sizes: Sequence[int] = (256, 512,
                      workers: int = 4, batch_prompt_tokens=(10_000, 25_000), stall_chunk: int = 2048,
                      window_s: float = 1.0, stall_free_budgets: Sequence[int] = (256, 512, 1024, 2048),
                      slo_targets_s: Sequence[float] = (0.25, 0.5, 1.0), seed: int = 0, save: bool = False,
-                     figure: bool = False, name: str = "seed_scale",
+                     figure: bool = False, name: str = "seed_scale", folder: Union[None, str, Path] = None,
                      log: Optional[Callable[[str], None]] = None) -> dict:
     """Seed 001 at its own scale in the simulator, with the published profile.
 
@@ -167,9 +172,12 @@ def seed_scale_study(cost_model=None, *, chunk_sizes: Sequence[int] = (256, 512,
       size, ``stall_free`` at each token budget, ``slo`` at each ITL target (given the seed cost
       model as its prior, so it needs no warm-up), and the two gates.
 
-    Returns a JSON-ready dict with ``claims`` (name, published, measured, verdict, role: whether
-    the figure was an input of the profile's derivation ("calibration") or follows from it
-    ("prediction"), evidence), ``curves``, ``crawl``, ``plane`` and ``profile``.
+    Returns a JSON-ready dict with ``verdicts`` (:func:`mlxlab.core.claims.verdict` records for the
+    claims the simulator predicts, computed here from the numbers beside them), ``calibration``
+    (the figures the profile was fitted on, what the simulator gives back and the residual),
+    ``chunk_doc_s``, ``curves``, ``crawl``, ``plane``, ``profile`` and ``config`` (the run's
+    parameters). With ``save``, written by :func:`save_study` into ``folder`` (default
+    ``data/results/sim-seed001/``).
     """
     say = log or (lambda s: None)
     t_start = time.perf_counter()
@@ -186,9 +194,15 @@ def seed_scale_study(cost_model=None, *, chunk_sizes: Sequence[int] = (256, 512,
                                        stall_chunk=stall_chunk)
         say(f"[seed] crawl {label:28s}: chat {st['tok_s']:.2f} tok/s, worst gap {st['itl_max_s']:.2f} s, "
             f"window {st['window_tok_s']:.1f} tok/s over {st['window_gaps']} gaps")
+    doc_lo, doc_hi = seed001_figures()["doc_context_tokens"]["value"]
+    chunk_doc = {c: cm.predict(0, 0, [(2048, c)]) for c in (doc_lo, doc_hi)}
+    inputs = calibration_inputs()  # what the published profile is fitted on: residuals, not verdicts
+    premium_at = {r["chunk_size"]: r["premium"] for r in curves}
     out = {
-        "claims": seed_claims(cm, floor_s, sc.solo_itl, curves, crawl, workers=workers, stall_chunk=stall_chunk,
-                              window_s=window_s),
+        "verdicts": seed_scale_verdicts(floor_s=floor_s, solo_itl_s=sc.solo_itl, curves=curves,
+                                        chunk_doc_s=chunk_doc, inputs=inputs, stall_chunk=stall_chunk),
+        "calibration": calibration_block(inputs, floor_s=floor_s, solo_itl_s=sc.solo_itl, premium_at=premium_at),
+        "chunk_doc_s": {str(c): t for c, t in chunk_doc.items()},
         "floor_s": floor_s,
         "alone_ttft_s": {str(c): t for c, t in alone.items()},
         "solo_itl_s": sc.solo_itl,
@@ -199,12 +213,13 @@ def seed_scale_study(cost_model=None, *, chunk_sizes: Sequence[int] = (256, 512,
         "config": {"chunk_sizes": list(chunk_sizes), "long_prompt_tokens": sc.n_long,
                    "chat_context_tokens": chat_context_tokens, "workers": workers,
                    "batch_prompt_tokens": list(batch_prompt_tokens), "stall_chunk": stall_chunk, "window_s": window_s,
-                   "stall_free_budgets": list(stall_free_budgets), "slo_targets_s": list(slo_targets_s)},
+                   "stall_free_budgets": list(stall_free_budgets), "slo_targets_s": list(slo_targets_s),
+                   "seed": seed, "cost_model": getattr(cm, "source", None)},
         "wall_s": time.perf_counter() - t_start,
     }
     out = jsonable(out)
     if save:
-        out["paths"] = _save(out, name, figure)
+        out["paths"] = save_study(out, name, figure=figure, folder=folder)
     return out
 
 
@@ -239,59 +254,15 @@ def _crawl_policies(window_s: float) -> List[tuple]:
             (f"gate + {window_s:g} s decode window", "admission_gate_window", {"window_s": window_s, **GATE})]
 
 
-def _claim(name, published, measured, lo, hi, role, evidence, unit="") -> dict:
-    vals = measured if isinstance(measured, list) else [measured]
-    if not all(v is not None and math.isfinite(v) for v in vals):
-        verdict = "not measurable here"
-    else:
-        verdict = "reproduced" if all(lo <= v <= hi for v in vals) else "not reproduced"
-    return {"name": name, "published": published, "measured": measured, "unit": unit, "accept": [lo, hi],
-            "verdict": verdict, "role": role, "evidence": evidence}
-
-
-def seed_claims(cm, floor_s: float, solo_itl: float, curves: List[dict], crawl: Dict[str, dict], *, workers: int,
-                stall_chunk: int, window_s: float) -> List[dict]:
-    """Each published figure against what the simulator gives, with its acceptance band."""
-    by_c = {r["chunk_size"]: r for r in curves}
-
-    def at(c, key):
-        return by_c.get(c, {}).get(key, float("nan"))
-
-    doc_lo, doc_hi = seed001_figures()["doc_context_tokens"]["value"]
-    chunk_doc = [cm.predict(0, 0, [(2048, doc_lo)]), cm.predict(0, 0, [(2048, doc_hi)])]
-    gated, nogate = crawl["admission_gate"], crawl["no gate (interleave)"]
-    windowed = crawl[f"gate + {window_s:g} s decode window"]
-    return [
-        _claim("60k prompt TTFT floor", 44.0, floor_s, 44 * 0.95, 44 * 1.05, "calibration",
-               "the 60k prompt alone in one chunk (one chunk overhead, one decode step for its first token)", "s"),
-        _claim("decode near 23k context", 65.0, 1.0 / solo_itl, 65 * 0.9, 65 * 1.1, "calibration",
-               "one chat stream alone at 23k tokens of context: 1 / step time", "tok/s"),
-        _claim("2,048-token chunk at document scale", [1.0, 2.0], chunk_doc, 1.0, 2.0, "prediction",
-               f"predicted chunk step at {doc_lo}- and {doc_hi}-token context", "s"),
-        _claim("TTFT premium at 1,024", 0.15, at(1024, "premium"), 0.15 * 0.8, 0.30 * 1.1,
-               "calibration", "60k prompt beside the chat, interleave at 1,024, over the floor", "fraction"),
-        _claim("TTFT premium at 512", 0.30, at(512, "premium"), 0.15, 0.30 * 1.15,
-               "prediction", "as above at 512 (the overhead was set at 1,024 only)", "fraction"),
-        _claim("chat gaps at 512-1,024", [0.4, 0.8], [at(512, "itl_mean_s"), at(1024, "itl_mean_s")],
-               0.4 * 0.9, 0.8 * 1.15, "prediction",
-               "mean chat gap while the 60k prompt is prefilled, chunks 512 and 1,024", "s"),
-        _claim("chat gap at 2,048", 1.5, at(2048, "itl_mean_s"), 1.5 * 0.85, 1.5 * 1.15,
-               "prediction", "mean chat gap while the 60k prompt is prefilled at 2,048", "s"),
-        _claim("crawl during a 60k prefill (no gate)", 0.67, at(2048, "tok_s"), 0.67 * 0.85, 0.67 * 1.15,
-               "prediction", "chat tokens / s while the 60k prompt is prefilled at 2,048 under interleave", "tok/s"),
-        _claim(f"gate bounds the worst gap at ~one chunk ({workers} concurrent prompts)",
-               "worst gap ~ one chunk time", gated["worst_gap_over_one_chunk"], 0.0, 1.25, "prediction",
-               f"admission_gate: chat worst gap / the longest single {stall_chunk}-token chunk (no gate: "
-               f"{nogate['worst_gap_over_one_chunk']:.1f}x, worst gap {nogate['itl_max_s']:.1f} s, "
-               f"{nogate['tok_s']:.2f} tok/s)", "ratio"),
-        _claim("60-70 tok/s windows with the gate", [60.0, 70.0], windowed["window_tok_s"], 60 * 0.95, 70 * 1.05,
-               "prediction", f"DecodeWindowGate(window_s={window_s:g}): chat rate over the decode-only gaps (the "
-               "batch prompts' own outputs decode in the same batch)", "tok/s"),
-    ]
-
-
-def _save(out: dict, name: str, figure: bool) -> dict:
-    paths = {"results": str(save_results(name, out, platform="sim-seed001"))}
+def save_study(out: dict, name: str = "seed_scale", *, figure: bool = False,
+               folder: Union[None, str, Path] = None) -> dict:
+    """Write a :func:`seed_scale_study` result: its verdicts and its ``config`` as the run's
+    parameters (checked against data/claims by :func:`mlxlab.core.results.save_results`), into
+    ``folder`` (default ``data/results/sim-seed001/``); with ``figure``, the chart into ``folder``
+    too, or :data:`mlxlab.studies.sim_charts.FIGURES` by default. Returns the paths written."""
+    payload = {k: v for k, v in out.items() if k not in ("verdicts", "paths")}
+    paths = {"results": str(save_results(name, payload, platform="sim-seed001", folder=folder,
+                                         verdicts=out["verdicts"], parameters=out["config"]))}
     if figure:
         try:
             from mlxlab.notebook.plots import save_figure  # altair: only for the figure
@@ -300,17 +271,12 @@ def _save(out: dict, name: str, figure: bool) -> dict:
                 seed_scale_chart,
             )
 
-            paths["figures"] = [str(p) for p in save_figure(seed_scale_chart(out), name, FIGURES)]
+            paths["figures"] = [str(p) for p in save_figure(seed_scale_chart(out), name, folder or FIGURES)]
         except Exception as e:  # a figure must not lose the numbers
             paths["figure_error"] = repr(e)
     return paths
 
 
 def format_claims(result: dict) -> str:
-    lines = []
-    for c in result["claims"]:
-        m = c["measured"]
-        ms = ", ".join(f"{x:.3g}" for x in m) if isinstance(m, list) else (f"{m:.3g}" if m is not None else "n/a")
-        lines.append(f"{c['verdict']:15s} {c['name']:55s} published {c['published']!s:22s} measured {ms} {c['unit']}"
-                     f"  [{c['role']}]")
-    return "\n".join(lines)
+    """The study's verdicts and calibration residuals, one line each."""
+    return format_verdicts(result["verdicts"], result.get("calibration"))

@@ -55,20 +55,51 @@ def decode_periods_chart(samples: Dict[str, Dict[str, List[List[float]]]], title
     ).properties(width=420, height=90, title=title)
 
 
+def _published_marks(xs, lo_key: str, hi_key: str, rows: List[dict], color: str = "black"):
+    """The published figures on a curve panel: a shaded band per range, a cross per value, each
+    labelled; ``rows``: chunk (x), x2, lo, hi, label."""
+    df = pd.DataFrame(rows)
+    band = alt.Chart(df[df.x2 > df.x]).mark_rect(opacity=0.12, color=color).encode(
+        x=xs, x2="x2:Q", y=alt.Y(f"{lo_key}:Q"), y2=f"{hi_key}:Q")
+    point = alt.Chart(df[df.x2 == df.x]).mark_point(shape="cross", size=120, color=color, filled=True).encode(
+        x=xs, y=alt.Y(f"{lo_key}:Q"))
+    text = alt.Chart(df).mark_text(align="left", dx=4, dy=-6, fontSize=9, color=color).encode(
+        x=xs, y=alt.Y(f"{hi_key}:Q"), text="label:N")
+    return band + point + text
+
+
 def seed_scale_chart(result: dict):
-    """TTFT vs chunk size, chat ITL vs chunk size (interleave), and the TTFT/ITL plane."""
+    """TTFT vs chunk size, chat ITL vs chunk size (interleave), and the TTFT/ITL plane. The
+    published figures sit on the curves: grey where the profile was fitted on them (the floor),
+    black where the simulator predicts them (the premium band, the chat gaps)."""
+    from mlxlab.sim.published import seed001_figures  # no MLX
+
+    figs = {k: f["value"] for k, f in seed001_figures().items()}
     cur = pd.DataFrame(result["curves"])
-    xs = alt.X("chunk_size:Q", scale=alt.Scale(type="log", base=2), title="chunk size (tokens)")
-    ttft = alt.Chart(cur).mark_line(point=True).encode(x=xs, y=alt.Y("long_ttft_s:Q", title="60k prompt TTFT (s)",
+    xs = alt.X("x:Q", scale=alt.Scale(type="log", base=2), title="chunk size (tokens)")
+    xc = alt.X("chunk_size:Q", scale=alt.Scale(type="log", base=2), title="chunk size (tokens)")
+    ttft = alt.Chart(cur).mark_line(point=True).encode(x=xc, y=alt.Y("long_ttft_s:Q", title="60k prompt TTFT (s)",
                                                                      scale=alt.Scale(zero=False)))
-    rule = alt.Chart(pd.DataFrame({"y": [result["floor_s"]]})).mark_rule(strokeDash=[4, 4], color="gray").encode(
-        y="y:Q")
+    floor = figs["floor_60k_s"]
+    rule = alt.Chart(pd.DataFrame({"y": [floor], "x": [min(cur.chunk_size)],
+                                   "label": [f"floor {floor:g} s: calibration input"]}))
+    rule = rule.mark_rule(strokeDash=[4, 4], color="gray").encode(y="y:Q") + rule.mark_text(
+        align="left", dy=-6, fontSize=9, color="gray").encode(x=xs, y="y:Q", text="label:N")
+    p_lo, p_hi = figs["premium_512_1024"]
+    ttft_pub = _published_marks(xs, "lo", "hi", [{"x": 512, "x2": 1024, "lo": floor * (1 + p_lo),
+                                                  "hi": floor * (1 + p_hi), "label": "published +15-30%"}])
+    g_lo, g_hi = figs["chat_gap_512_1024_s"]
+    itl_pub = _published_marks(xs, "lo", "hi", [
+        {"x": 512, "x2": 1024, "lo": g_lo, "hi": g_hi, "label": "published 0.4-0.8 s"},
+        {"x": 2048, "x2": 2048, "lo": figs["chat_gap_2048_s"], "hi": figs["chat_gap_2048_s"],
+         "label": "published 1.5 s"}])
     itl = cur.melt(id_vars=["chunk_size"], value_vars=["itl_p50_s", "itl_p99_s", "itl_mean_s"], var_name="stat",
                    value_name="s")
-    itlc = alt.Chart(itl).mark_line(point=True).encode(x=xs, y=alt.Y("s:Q", title="chat gap during prefill (s)"),
+    itlc = alt.Chart(itl).mark_line(point=True).encode(x=xc, y=alt.Y("s:Q", title="chat gap during prefill (s)"),
                                                        color="stat:N")
-    return alt.hconcat((ttft + rule).properties(width=260, height=220, title="TTFT vs chunk (seed-001 profile)"),
-                       itlc.properties(width=260, height=220, title="chat ITL vs chunk"),
+    return alt.hconcat((ttft + rule + ttft_pub).properties(width=260, height=220,
+                                                           title="TTFT vs chunk (seed-001 profile)"),
+                       (itlc + itl_pub).properties(width=260, height=220, title="chat ITL vs chunk"),
                        _plane(result["plane"]).properties(width=320, height=220,
                                                           title="TTFT / ITL plane (chat beside the 60k prompt)")
                        ).resolve_scale(color="independent")

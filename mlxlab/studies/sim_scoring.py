@@ -193,7 +193,7 @@ def rescore_validation(result, *, log: Optional[Callable[[str], None]] = None) -
     cost model or the simulator would have predicted for runs already made.
 
     ``result``: a dict from :func:`mlxlab.studies.sim_validation.validate_simulator`, or the path
-    of its JSON file. Returns ``{"source", "table", "summary", "rule", "coefficients"}``: the
+    of its JSON file. Returns ``{"source", "table", "summary", "rule", "coefficients", "config"}``: the
     table's rows as the saved ones with ``sim``, ``sim_runs``, ``rel_error``, ``passed``,
     ``paired_errors`` recomputed and the saved simulator value kept as ``sim_saved``."""
     source = None
@@ -221,7 +221,7 @@ def rescore_validation(result, *, log: Optional[Callable[[str], None]] = None) -
     order = {k: i for i, k in enumerate(saved)}
     rows.sort(key=lambda r: order[(r["workload"], r["policy"], r["tenant"], r["metric"])])
     return {"source": source, "table": rows, "summary": summarize(rows), "rule": result.get("rule"),
-            "coefficients": [coefficients(c) for c in cms]}
+            "coefficients": [coefficients(c) for c in cms], "config": cfg}
 
 
 def _rescored_rows(saved: Dict[tuple, dict], wname: str, policy: str, sims: List[dict]) -> List[dict]:

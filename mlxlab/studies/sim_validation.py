@@ -6,7 +6,9 @@ compares TTFT p50, ITL p50 and ITL p99 per tenant under the rule of
 :mod:`mlxlab.studies.sim_scoring` (tolerance: 10% or three times the engine's run-to-run noise).
 It reads as three steps: :func:`plan_validation` (workloads, policies, the profile grid),
 :func:`run_engine` (the engine's repeats and the profile shares, each beside a sentinel),
-:func:`score_validation` (fit, simulate, score, diagnose).
+:func:`score_validation` (fit, simulate, score, diagnose). The claim ``mlx-sim-accuracy`` is decided
+from the scored table by :mod:`mlxlab.studies.sim_claims`, which also fingerprints the cost models
+the simulator ran on.
 """
 
 from __future__ import annotations
@@ -22,7 +24,7 @@ import numpy as np
 from mlxlab.core.costmodel import StepCostModel
 from mlxlab.core.environment import platform_name
 from mlxlab.core.presets import DEFAULT_MAX_CONTEXT, model_limits
-from mlxlab.core.results import jsonable, save_results
+from mlxlab.core.results import _git_commit, jsonable, save_results
 from mlxlab.core.runner import run_workload
 from mlxlab.core.workload import BatchTenant, ChatTenant, Workload
 from mlxlab.engine.loop import Engine
@@ -30,6 +32,7 @@ from mlxlab.sim.fit import cell_medians, coefficients, fit_cost_model, fit_repor
 from mlxlab.sim.measure import profile_device
 from mlxlab.sim.profiles import cost_model_from_dict
 from mlxlab.sim.simulator import Simulator
+from mlxlab.studies.sim_claims import parameters, record_of_result, sim_accuracy_verdict
 from mlxlab.studies.sim_scoring import (
     IDLE_GAP_S,
     STEP_COLUMNS,
@@ -141,6 +144,7 @@ class ValidationPlan:
     sentinel_tokens: int
     profile_grid: Optional[dict] = None
     cost_model: Optional[object] = None
+    profile_doc: Optional[dict] = None  # a given profile file's path, kind and environment (its provenance)
 
     @property
     def measure_profile(self) -> bool:
@@ -157,16 +161,20 @@ def plan_validation(model, workloads: Optional[Dict[str, Workload]], policies: S
         raise ValueError("repeats must be >= 2: the tolerance needs the engine's run-to-run noise")
     workloads = workloads or validation_workloads(model, scale=scale, seed=seed)
     options = policy_options or {}
-    cm = None
+    cm, doc = None, None
     if profile is not None:
         cm = cost_model_from_dict(profile) if isinstance(profile, dict) else profile
+        if isinstance(profile, dict):
+            env = profile.get("environment") or {}
+            doc = {"path": profile.get("path"), "kind": profile.get("kind"),
+                   "environment": {k: env.get(k) for k in ("git_commit", "git_dirty", "written_at", "device_name")}}
     elif profile_grid is None:
         vocab, max_ctx = model_limits(model)
         shape = workload_shape(workloads, policies, chunk_size, options, vocab, max_ctx)
         profile_grid = targeted_grid(shape, chunk_size, repeats=1)
         say(f"[validate] profile grid {profile_grid} (measured once per repeat)")
     return ValidationPlan(workloads, tuple(policies), options, chunk_size, repeats, scale, seed, sentinel_tokens,
-                          profile_grid, cm)
+                          profile_grid, cm, doc)
 
 
 # ---------------------------------------------------------------------------------- run
@@ -247,7 +255,7 @@ def fitted_profile(model, plan: ValidationPlan, runs: EngineRuns) -> tuple:
     if not plan.measure_profile:
         cm = plan.cost_model
         return cm, [cm], {"coefficients": coefficients(cm) if hasattr(cm, "coef") else None,
-                          "source": getattr(cm, "source", None)}
+                          "source": getattr(cm, "source", None), "given": plan.profile_doc}
     records = [r for share in runs.shares for r in share]
     cells = cell_medians(records)
     cm = fit_cost_model(cells, source=f"profile of {getattr(model, 'name', 'model')} interleaved with the "
@@ -342,7 +350,10 @@ def validate_simulator(model, workloads: Optional[Dict[str, Workload]] = None,
     decode batch and batch change), ``steps`` (every step of every run as compact rows),
     ``profile`` (coefficients with ``overhead_s`` and ``tail_s``, fit, grid, records and cells),
     ``sentinels`` (``runs``: each sentinel's ITL p50 with what ran next; ``sim``: the simulator's
-    sentinel on each share's cost model), ``config``, ``wall_s``; plus ``paths`` when saved.
+    sentinel on each share's cost model), ``config``, ``cost_model`` (the fingerprint and provenance of
+    the cost models the simulator ran on: :func:`mlxlab.studies.sim_claims.cost_model_record`),
+    ``verdicts`` (``mlx-sim-accuracy``: :func:`mlxlab.studies.sim_claims.sim_accuracy_verdict`),
+    ``parameters``, ``wall_s``; plus ``paths`` when saved.
     """
     say = log or (lambda s: None)
     t_start = time.perf_counter()
@@ -355,6 +366,11 @@ def validate_simulator(model, workloads: Optional[Dict[str, Workload]] = None,
                      "bits": getattr(model, "bits", None), "policies": list(plan.policies), "repeats": repeats,
                      "chunk_size": chunk_size, "scale": scale, "policy_options": plan.options,
                      "workloads": {k: w.config() for k, w in plan.workloads.items()}}
+    out["cost_model"] = record_of_result({**out, "environment": {"git_commit": _git_commit()}})
+    out["verdicts"] = [sim_accuracy_verdict(out, out["cost_model"])]
+    out["parameters"] = parameters(out, seed=seed, sentinel_tokens=sentinel_tokens, warmup=warmup,
+                                   profile="measured in the run" if plan.measure_profile else
+                                   ((plan.profile_doc or {}).get("path") or "given"))
     out["wall_s"] = time.perf_counter() - t_start
     if save:
         out["paths"] = _save(out, model, name, platform or platform_name(), figure)
@@ -363,7 +379,9 @@ def validate_simulator(model, workloads: Optional[Dict[str, Workload]] = None,
 
 
 def _save(out: dict, model, name: str, plat: str, figure: bool) -> dict:
-    paths = {"results": str(save_results(name, out, platform=plat))}
+    payload = {k: v for k, v in out.items() if k not in ("verdicts", "parameters")}
+    paths = {"results": str(save_results(name, payload, platform=plat, verdicts=out["verdicts"],
+                                         parameters=out["parameters"]))}
     if figure:
         try:
             from mlxlab.notebook.plots import save_figure  # altair: only for the figure

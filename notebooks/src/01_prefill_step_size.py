@@ -9,7 +9,9 @@
 # the work done for it. This notebook sweeps prompt length × step size on the engine and on
 # mlx-lm's `generate_step` (same model object, warm, interleaved repeats), then replays the case
 # study's protocol (N=3 per setting, the first request of a fresh process cold) in both orders to
-# see whether the 480-token "gain" follows the step size or the order of the runs.
+# see whether the 480-token "gain" follows the step size or the order of the runs. It then checks
+# the other two halves of the claim on one prompt longer than a chunk: decode speed after
+# prefilling at 512 and at 2,048, and whether the greedy tokens are identical.
 
 # %% tags=["parameters"]
 quick = True
@@ -20,6 +22,10 @@ prompt_lengths = [128, 480, 1024, 2048, 4096]
 step_sizes = [256, 512, 1024, 2048]
 repeats = 5
 protocol_n = 3               # the case study's requests per setting
+decode_prompt_tokens = 1024  # decode and accuracy: a prompt of several 512-token chunks
+decode_tokens = 64
+accuracy_lengths = [480, 1024, 2048]
+accuracy_tokens = 32
 results_dir = None
 figures_dir = None
 
@@ -27,11 +33,17 @@ figures_dir = None
 import pandas as pd
 from mlxlab import load_model
 from mlxlab.notebook import nb, plots
+from mlxlab.studies import prefill
 from mlxlab.studies.prefill import prefill_sweep, summarize_sweep, seed_protocol
 
 S = nb.setup(quick, platform, results_dir, figures_dir)
 if quick:
     prompt_lengths, step_sizes, repeats = [96, 480, 1024], [256, 512, 2048], 2
+    decode_prompt_tokens, decode_tokens, accuracy_lengths, accuracy_tokens = 600, 24, [480, 1024], 16
+parameters = dict(quick=quick, platform=platform, model_name=model_name, bits=bits, prompt_lengths=prompt_lengths,
+                  step_sizes=step_sizes, repeats=repeats, protocol_n=protocol_n,
+                  decode_prompt_tokens=decode_prompt_tokens, decode_tokens=decode_tokens,
+                  accuracy_lengths=accuracy_lengths, accuracy_tokens=accuracy_tokens)
 model = load_model(model_name, bits=bits)
 
 # %% [markdown]
@@ -63,29 +75,28 @@ runs = pd.concat([seed_protocol(model_name, 480, order, protocol_n, bits=bits) f
 proto = runs.groupby(["order", "step"], as_index=False).ttft_s.agg(["mean", "median", "max"]).reset_index()
 proto
 
+# %% [markdown]
+# ## Decode and output after each step size
+# One prompt of several 512-token chunks, prefilled at 512 and at 2,048 with `generate_step`, then
+# decoded (warm, the two alternating over the repeats); and a few prompts whose greedy tokens at
+# 2,048 are compared with those at 512, token by token.
+
 # %%
+decode = prefill.decode_by_step(model, decode_prompt_tokens, (512, 2048), decode_tokens=decode_tokens, repeats=repeats)
+accuracy = prefill.step_accuracy(model, accuracy_lengths, (512, 2048), max_tokens=accuracy_tokens)
+display(decode.groupby("step").decode_tok_s.describe())
+accuracy
+
+# %%
+verdicts = prefill.verdicts(df, runs, decode, accuracy, base=512, new=2048, context=480,
+                            model_note=f"model {model_name} ({model.dtype}{f', {bits}-bit' if bits else ''}).")
 S.save("prefill_step_size", {"model": model_name, "bits": bits, "sweep": df.to_dict("records"),
-                             "change_512_to_2048": change.to_dict("records"), "protocol": runs.to_dict("records")})
+                             "change_512_to_2048": change.to_dict("records"), "protocol": runs.to_dict("records"),
+                             "decode": decode.to_dict("records"), "accuracy": accuracy.to_dict("records")},
+       verdicts=verdicts, parameters=parameters)
 
 # %% [markdown]
 # ## Verdict
 
 # %%
-at480 = change[(change.side == "mlx-lm") & (change.prompt_tokens == 480)]
-gain480 = float(at480.prefill_gain_pct.iloc[0]) if len(at480) else float("nan")
-long = change[(change.side == "mlx-lm") & (change.prompt_tokens > 512)]
-# noise: spread of repeats at one setting (median absolute deviation / median, in %)
-noise = 100 * df.groupby(["side", "prompt_tokens", "step"]).ttft_s.agg(lambda s: (s - s.median()).abs().median() / s.median()).median()
-first_mean = runs.groupby("order").apply(lambda g: g[g.step == g.step.iloc[0]].ttft_s.mean() / g[g.step != g.step.iloc[0]].ttft_s.mean())
-order_effect = float(first_mean.mean())  # > 1: whichever setting runs first looks slower
-rows = [
-    {"claim": "+33-71% prefill tok/s at 480 tokens from step 512 -> 2048", "published": "+33% to +71%",
-     "measured": f"{gain480:+.1f}% warm; first setting of a fresh process {order_effect:.2f}x slower whatever its step",
-     "verdict": "artifact" if abs(gain480) < max(10, 3 * noise) else "reproduced",
-     "evidence": "one chunk either way; the protocol table shows the first-run (cold) penalty"},
-    {"claim": "-7-22% TTFT on medium/long prompts", "published": "-7% to -22%",
-     "measured": ", ".join(f"{int(r.prompt_tokens)}: {r.ttft_change_pct:+.1f}%" for r in long.itertuples()),
-     "verdict": "reproduced" if len(long) and (long.ttft_change_pct < -max(3, 2 * noise)).any() else "not reproduced",
-     "evidence": f"warm medians over {repeats} repeats; run-to-run noise ~{noise:.1f}%"},
-]
-nb.verdict_table(rows)
+nb.verdict_table(verdicts)

@@ -9,7 +9,8 @@
 # **Questions.** Per model: cold vs warm first-request TTFT with warm-up off, one token, or the
 # chunk and batch shapes the server will use. Which later shapes still compile on first use (a new
 # chunk size, a new batch size)? Does the allocator cache limit change request-to-request latency
-# or peak memory? Every run here is a fresh process, so nothing is compiled before it starts.
+# or peak memory, and does raising it from 512 MB to 1 GB let the next request reuse a request's
+# KV buffers? Every run here is a fresh process, so nothing is compiled before it starts.
 
 # %% tags=["parameters"]
 quick = True
@@ -19,8 +20,14 @@ bits = None
 prompt_tokens = 480
 chunks = [512, 2048]
 batches = [4, 8]
-repeats = 3
-cache_limits_mb = [None, 0, 64, 512]
+repeats = 5
+cold_repeats = 3                  # fresh processes per warm-up mode (one first request each)
+cache_limits_mb = [None, 0, 512, 1024]
+memory_limit_mb = 2048            # set with a 512 MB cache limit, as the case study's server set both
+alloc_limits_mb = [None, 0, 512, 1024]
+alloc_scaled = [0.6, 1.2]         # x the request's own buffers: a pair twice apart that straddles them
+alloc_rounds = 3
+alloc_requests = 3
 results_dir = None
 figures_dir = None
 
@@ -28,11 +35,18 @@ figures_dir = None
 import pandas as pd
 import altair as alt
 from mlxlab.notebook import nb, plots
+from mlxlab.studies import warmup_memory as W
 from mlxlab.studies.prefill import fresh_process_run
 
 S = nb.setup(quick, platform, results_dir, figures_dir)
 if quick:
-    prompt_tokens, chunks, batches, repeats, cache_limits_mb = 128, [128, 512], [4], 2, [None, 0]
+    prompt_tokens, chunks, batches, repeats, cold_repeats, cache_limits_mb = 128, [128, 512], [4], 3, 1, [None, 512]
+    alloc_limits_mb, alloc_rounds, alloc_requests = [None, 512, 1024], 1, 3
+parameters = dict(quick=quick, platform=platform, models=models, bits=bits, prompt_tokens=prompt_tokens, chunks=chunks,
+                  batches=batches, repeats=repeats, cold_repeats=cold_repeats, cache_limits_mb=cache_limits_mb,
+                  memory_limit_mb=memory_limit_mb,
+                  alloc_limits_mb=alloc_limits_mb, alloc_scaled=alloc_scaled, alloc_rounds=alloc_rounds,
+                  alloc_requests=alloc_requests)
 
 # %% [markdown]
 # ## Cold start and warm-up, per model
@@ -40,16 +54,14 @@ if quick:
 # %%
 runs = []
 for m in models:
-    for mode in ("off", "token", "shapes"):
-        r = fresh_process_run(m, warmup_mode=mode, prompt_tokens=prompt_tokens, chunks=chunks, batches=batches,
-                              repeats=repeats, bits=bits)
-        for e in r["events"]:
-            runs.append({"model": m, "warmup": mode, "warmup_s": r["warmup_s"], **e})
+    for k in range(cold_repeats):
+        for mode in ("off", "token", "shapes"):
+            r = fresh_process_run(m, warmup_mode=mode, prompt_tokens=prompt_tokens, chunks=chunks, batches=batches,
+                                  repeats=repeats, bits=bits)
+            for e in r["events"]:
+                runs.append({"model": m, "warmup": mode, "process": k, "warmup_s": r["warmup_s"], **e})
 ev = pd.DataFrame(runs)
-warm = ev[ev.event == "warm request"].groupby(["model", "warmup"]).ttft_s.median().rename("warm_ttft_s")
-first = ev[ev.event == "first request"].set_index(["model", "warmup"]).ttft_s.rename("first_ttft_s")
-cold = pd.concat([first, warm], axis=1).reset_index()
-cold["first_minus_warm_ms"] = 1e3 * (cold.first_ttft_s - cold.warm_ttft_s)
+cold = W.cold_table(ev)
 cold
 
 # %% [markdown]
@@ -57,61 +69,57 @@ cold
 # The extra time of the first use of a new chunk size or batch size over its immediate repeat.
 
 # %%
-def first_use_cost(g):
-    out = []
-    for label in g.event:
-        if label.startswith("first use of "):
-            what = label[len("first use of "):]
-            again = g[g.event == f"again {what}"].ttft_s
-            t = g[g.event == label].ttft_s.iloc[0]
-            out.append({"shape": what, "first_use_ttft_s": t, "repeat_ttft_s": float(again.iloc[0]),
-                        "extra_ms": 1e3 * (t - float(again.iloc[0]))})
-    return pd.DataFrame(out)
-shapes = pd.concat([first_use_cost(g).assign(model=m, warmup=w) for (m, w), g in ev.groupby(["model", "warmup"])])
+shapes = W.first_use_table(ev)
 chart = alt.Chart(shapes, title="Extra time on the first use of a shape (fresh process)").mark_bar().encode(
-    x=alt.X("extra_ms:Q", title="first use minus repeat (ms)"), y=alt.Y("shape:N", title=None),
+    x=alt.X("median(extra_ms):Q", title="first use minus repeat (ms, median over processes)"), y=alt.Y("shape:N", title=None),
     color="warmup:N", yOffset="warmup:N", row=alt.Row("model:N", title=None))
 S.figure(chart, "warmup_first_use")
 chart
 
 # %% [markdown]
-# ## Allocator cache limit: latency and memory
+# ## Allocator limits: latency and memory, one fresh process per setting
+# A cache limit, or a cache and a memory limit together, set before the model loads; warm requests
+# after a one-token warm-up. The processes run one after another, so drift between them shows up
+# as a difference: the in-process comparison below decides.
 
 # %%
-mem = []
-for lim in cache_limits_mb:
-    r = fresh_process_run(models[0], warmup_mode="token", prompt_tokens=prompt_tokens, chunks=chunks[:1],
-                          batches=[], repeats=max(repeats, 3), cache_limit_mb=lim, bits=bits)
-    w = pd.DataFrame(r["events"])
-    w = w[w.event == "warm request"]
-    mem.append({"cache_limit_mb": "default" if lim is None else lim, "ttft_p50_s": w.ttft_s.median(),
-                "itl_p50_s": w.itl_s.median(), "peak_mb": w.peak_mb.max(), "cache_mb_after": w.cache_mb.iloc[-1]})
-mem = pd.DataFrame(mem)
+settings = [dict(cache_limit_mb=lim) for lim in cache_limits_mb]
+if memory_limit_mb:
+    settings.append(dict(cache_limit_mb=512, memory_limit_mb=memory_limit_mb))
+lim_runs = [fresh_process_run(models[0], warmup_mode="token", prompt_tokens=prompt_tokens, chunks=chunks[:1],
+                              batches=[], repeats=max(repeats, 3), bits=bits, **kw) for kw in settings]
+mem = W.limits_table(lim_runs)
 mem
 
+# %% [markdown]
+# ## Allocator cache 512 MB → 1 GB: are a request's buffers reused by the next?
+# Request after request of one size in one fresh process, the settings round-robin: the cache
+# held between requests, how much of the buffers a request keeps across steps (its KV cache) it
+# took out of that cache, fresh memory the OS had to map, TTFT, ITL and latency. A small model's
+# buffers are far below 512 MB, so the pair that decides is scaled to straddle them.
+
 # %%
+alloc_run = W.alloc_cache_run(models[0], prompt_tokens=prompt_tokens, chunk=chunks[0], limits_mb=alloc_limits_mb,
+                              memory_limit_mb=memory_limit_mb, scaled=alloc_scaled, rounds=alloc_rounds,
+                              requests=alloc_requests, bits=bits)
+alloc = W.alloc_table(alloc_run)
+print(f"one request's buffers: {alloc_run['request_buffers_mb']:.1f} MiB; mlx's default cache limit here: "
+      f"{alloc_run['default_limit_mb']:.0f} MiB")
+alloc
+
+# %%
+note = (f"Models {', '.join(models)}{f' at {bits} bits' if bits else ''}, {prompt_tokens}-token prompts, "
+        f"{repeats} warm repeats, {cold_repeats} process(es) per warm-up mode.")
+verdicts = W.verdicts(cold, alloc, scaled=alloc_scaled, request_buffers_mb=alloc_run["request_buffers_mb"],
+                      default_limit_mb=alloc_run["default_limit_mb"], fresh_limits=mem, model_note=note)
 S.save("warmup_memory", {"models": models, "bits": bits, "events": ev.to_dict("records"), "cold": cold.to_dict("records"),
-                         "first_use": shapes.to_dict("records"), "cache_limits": mem.to_dict("records")})
+                         "first_use": shapes.to_dict("records"), "cache_limits": mem.to_dict("records"),
+                         "alloc_cache": {k: v for k, v in alloc_run.items() if k != "rows"},
+                         "alloc_requests": alloc_run["rows"], "alloc_table": alloc.to_dict("records")},
+       verdicts=verdicts, parameters=parameters)
 
 # %% [markdown]
 # ## Verdict
 
 # %%
-off = cold[cold.warmup == "off"]
-tok = cold[cold.warmup == "token"]
-base = mem.iloc[0]
-rows = [
-    {"claim": "first request pays 200-1,000 ms of compilation without warm-up", "published": "200-1,000 ms",
-     "measured": ", ".join(f"{r.model}: {r.first_minus_warm_ms:.0f} ms" for r in off.itertuples()),
-     "verdict": "reproduced" if (off.first_minus_warm_ms >= 200).all() else "not reproduced",
-     "evidence": "fresh process, first minus median warm TTFT (on a CPU there is little to compile)"},
-    {"claim": "a one-token warm-up removes the first-request penalty", "published": "removed",
-     "measured": ", ".join(f"{r.model}: {r.first_minus_warm_ms:.0f} ms left" for r in tok.itertuples()),
-     "verdict": "reproduced" if (tok.first_minus_warm_ms < 0.25 * off.first_minus_warm_ms.clip(lower=1).values).all() else "not reproduced",
-     "evidence": "warm-up 'token' runs"},
-    {"claim": "allocator cache limit does not change throughput", "published": "no throughput change",
-     "measured": "; ".join(f"{r.cache_limit_mb}: TTFT {r.ttft_p50_s*1e3:.0f} ms, peak {r.peak_mb:.0f} MiB" for r in mem.itertuples()),
-     "verdict": "reproduced" if (abs(mem.ttft_p50_s / base.ttft_p50_s - 1) < 0.15).all() else "not reproduced",
-     "evidence": "fresh process per limit"},
-]
-nb.verdict_table(rows)
+nb.verdict_table(verdicts)

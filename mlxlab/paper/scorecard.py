@@ -1,0 +1,120 @@
+"""The scorecard: every claim of ``data/claims`` against the verdicts the results files store.
+
+One row per claim; one column per platform (CPU and H200 always, any other results folder that
+holds a verdict after them), each cell the stored verdict and what was measured, or *not run*
+where no results file of that platform decides the claim; and the published figure, which for
+the case studies is the authors' Apple run (for mlxlab's own claims, the target it set). The
+rows are built as data (:func:`scorecard_rows`) and rendered from it (:func:`scorecard_markdown`),
+so a test can check each cell against its file.
+"""
+
+from __future__ import annotations
+
+import html
+from typing import Dict, List, Optional, Sequence
+
+from mlxlab.paper.context import ResultsStore
+from mlxlab.paper.format import measured_text
+
+#: the platforms every scorecard shows, in this order, with their column titles
+PLATFORMS = {"cpu": "CPU", "h200": "H200"}
+NOT_RUN = "not run"
+STUDY_TITLES = {"seed-000": "Case study seed 000: one request at a time (Apple M4 Pro)",
+                "seed-001": "Case study seed 001: multi-tenant serving (Apple M4 Max)",
+                "mlxlab": "mlxlab's own targets"}
+
+
+def columns(store: ResultsStore) -> List[str]:
+    """CPU, H200, then every other platform folder whose files hold at least one verdict."""
+    extra = [p for p in store.platforms() if p not in PLATFORMS and store.stored_verdicts(p)]
+    return list(PLATFORMS) + extra
+
+
+def column_title(platform: str) -> str:
+    return PLATFORMS.get(platform, platform)
+
+
+def scorecard_rows(store: ResultsStore, claim_ids: Optional[Sequence[str]] = None,
+                   platforms: Optional[Sequence[str]] = None) -> List[Dict]:
+    """One dict per claim: ``claim``, ``study``, ``text``, ``published``, ``testable``,
+    ``experiments`` and ``cells`` (platform -> list of {verdict, measured, rule, file}, empty
+    where not run). Files that supply a cell count as used (the reproducibility section lists
+    them)."""
+    claims = store.claims()
+    ids = list(claims) if claim_ids is None else list(claim_ids)
+    plats = list(platforms) if platforms is not None else columns(store)
+    rows = []
+    for cid in ids:
+        c = claims[cid]
+        cells = {}
+        for plat in plats:
+            found = store.deciding(plat, cid)
+            for path, _ in found:
+                store.load(path)  # used
+            cells[plat] = [{"verdict": rec.get("verdict"), "measured": rec.get("measured"), "rule": rec.get("rule"),
+                            "file": store.label(path)} for path, rec in found]
+        rows.append({"claim": cid, "study": c.study, "text": c.claim, "published": c.published_text(),
+                     "testable": c.testable, "experiments": list(c.experiments), "cells": cells})
+    return rows
+
+
+def _cell(entries: List[Dict]) -> str:
+    """The first entry (the claim's own experiment file, else the first variant) in full; other
+    files that decide the claim too, one short line each."""
+    if not entries:
+        return f"*{NOT_RUN}*"
+    first, rest = entries[0], entries[1:]
+    name = lambda e: html.escape(e["file"].rsplit("/", 1)[-1])  # noqa: E731
+    text = (f"**{html.escape(str(first['verdict']))}**<br>{_escape(measured_text(first['measured'], limit=3))}"
+            f"<br><small>{name(first)}</small>")
+    if rest:
+        text += "<br><small>also: " + "; ".join(f"{name(e)} {html.escape(str(e['verdict']))}" for e in rest) + "</small>"
+    return text
+
+
+def _escape(text: str) -> str:
+    return html.escape(text).replace("|", "&#124;")
+
+
+def scorecard_markdown(rows: List[Dict], platforms: Sequence[str], by_study: bool = True) -> str:
+    """The rows as Markdown tables (one per study with ``by_study``)."""
+    head = ["Claim", *[column_title(p) for p in platforms], "Published (seed: the Apple run; mlxlab: target)"]
+    groups: Dict[str, List[Dict]] = {}
+    for r in rows:
+        groups.setdefault(r["study"] if by_study else "", []).append(r)
+    out = []
+    for study, rs in groups.items():
+        if study:
+            out += [f"**{STUDY_TITLES.get(study, study)}**", ""]
+        out += ["| " + " | ".join(head) + " |", "|" + "---|" * len(head)]
+        for r in rs:
+            claim = f"<code>{r['claim']}</code><br>{_escape(r['text'])}"
+            if not r["testable"]:
+                claim += "<br><small>(marked untestable in the claims file)</small>"
+            out.append("| " + " | ".join([claim, *[_cell(r["cells"][p]) for p in platforms],
+                                          _escape(r["published"])]) + " |")
+        out.append("")
+    return "\n".join(out)
+
+
+def tally(rows: List[Dict], platforms: Sequence[str]) -> Dict[str, Dict[str, int]]:
+    """platform -> verdict (or "not run") -> number of claims, from each cell's first entry."""
+    out: Dict[str, Dict[str, int]] = {}
+    for p in platforms:
+        counts: Dict[str, int] = {}
+        for r in rows:
+            v = r["cells"][p][0]["verdict"] if r["cells"][p] else NOT_RUN
+            counts[v] = counts.get(v, 0) + 1
+        out[p] = counts
+    return out
+
+
+def tally_markdown(rows: List[Dict], platforms: Sequence[str]) -> str:
+    counts = tally(rows, platforms)
+    verdicts = sorted({v for c in counts.values() for v in c}, key=lambda v: (v == NOT_RUN, v))
+    head = ["Verdict", *[column_title(p) for p in platforms]]
+    lines = ["| " + " | ".join(head) + " |", "|" + "---|" * len(head)]
+    for v in verdicts:
+        lines.append("| " + " | ".join([v, *[str(counts[p].get(v, 0)) for p in platforms]]) + " |")
+    lines.append("| " + " | ".join(["all claims", *[str(len(rows)) for _ in platforms]]) + " |")
+    return "\n".join(lines) + "\n"
