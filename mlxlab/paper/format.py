@@ -94,9 +94,11 @@ def _unit_filter(unit: str) -> Callable:
 
 
 def filters() -> Dict[str, Callable]:
-    """The template's filters: one per unit, ``span``, ``median``, ``nums`` (floats of a list)."""
+    """The template's filters: one per unit, ``span``, ``median``, ``nums`` (floats of a list),
+    ``measured`` (a verdict's measured figures in a few words)."""
     out: Dict[str, Callable] = {u: _unit_filter(u) for u in UNITS}
-    out.update(span=span, median=median, nums=lambda vs: [number(v) for v in vs])
+    out.update(span=span, median=median, nums=lambda vs: [number(v) for v in vs],
+               measured=lambda m, limit=4: measured_text(m.raw if isinstance(m, Node) else m, limit))
     return out
 
 

@@ -88,7 +88,7 @@ class Helpers:
         return {"r": s.r, "verdict": s.verdict, "has_verdict": s.has_verdict, "claim": s.claim,
                 "claims_of": lambda *exps: experiment_claims(s, exps), "figure": self.figure,
                 "scorecard": self.scorecard, "tally": self.tally, "provenance": lambda: _PROVENANCE,
-                "appendix": self.appendix, "platforms": lambda: columns(s)}
+                "appendix": self.appendix, "platforms": lambda: columns(s), "claim_ids": lambda: list(s.claims())}
 
     def inline(self, text: str) -> str:
         if self._md is None:
