@@ -55,3 +55,12 @@ def test_save_results_stores_checked_verdicts_parameters_and_provenance(tmp_path
 def test_environment_records_mlx_variables(monkeypatch):
     monkeypatch.setenv("MLX_USE_CUDA_GRAPHS", "0")
     assert environment_block()["mlx_env"]["MLX_USE_CUDA_GRAPHS"] == "0"
+
+
+def test_the_stored_command_line_holds_no_machine_path():
+    from mlxlab.core.paths import ROOT
+    from mlxlab.core.results import command_line
+
+    assert command_line([str(ROOT / ".venv/bin/mlxlab"), "bench", "engine", "--out", str(ROOT / "build/x")]) == \
+        ["mlxlab", "bench", "engine", "--out", "build/x"]
+    assert command_line(["/usr/lib/python3/site-packages/ipykernel_launcher.py", "-f", "kernel-1.json"]) is None

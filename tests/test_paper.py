@@ -187,7 +187,9 @@ def test_a_verdict_of_another_platform_or_claim_does_not_count(tmp_path):
 # -- provenance ------------------------------------------------------------------------------
 
 def test_provenance_names_the_machine_commit_and_command(tmp_path):
-    gpu = {**DOC, "environment": {**DOC["environment"], "device": "gpu", "argv": None, "git_commit": None}}
+    # an old file: no stored command line at all (the key is missing), so the command is inferred
+    old_env = {k: v for k, v in DOC["environment"].items() if k != "argv"}
+    gpu = {**DOC, "environment": {**old_env, "device": "gpu", "git_commit": None}}
     s = _store(tmp_path, {"cpu/bench_engine": DOC, "cpu/prefill_step_size": DOC, "h200/scheduling_slo": gpu,
                           "h200/chunk_probe": gpu})
     for spec in ("cpu/bench_engine", "cpu/prefill_step_size", "h200/scheduling_slo", "h200/chunk_probe"):
@@ -200,7 +202,7 @@ def test_provenance_names_the_machine_commit_and_command(tmp_path):
         "bash scripts/h200.sh bench scheduling --name scheduling_slo (inferred")
     assert rows["h200/scheduling_slo.json"]["commit"] == "not recorded"
     assert "python3 -m probes.chunk_probe" in rows["h200/chunk_probe.json"]["command"]
-    nb_doc = {**DOC, "environment": {**DOC["environment"], "argv": ["/x/ipykernel_launcher.py", "-f", "k.json"]}}
+    nb_doc = {**DOC, "environment": {**DOC["environment"], "argv": None}}  # a notebook kernel stores none
     assert rerun_command(s, Path("data/results/cpu/prefill_step_size.json"), nb_doc) == "mlxlab reproduce --only 01"
 
 

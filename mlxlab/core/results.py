@@ -10,12 +10,13 @@ from __future__ import annotations
 import datetime as _dt
 import json
 import math
+import os
 import subprocess
 from pathlib import Path
 from typing import Any, Optional, Sequence, Union
 
 from mlxlab.core.environment import device_summary, platform_name
-from mlxlab.core.paths import data_dir
+from mlxlab.core.paths import ROOT, data_dir
 
 
 def results_dir(platform: Optional[str] = None) -> Path:
@@ -45,6 +46,18 @@ def _git_dirty() -> Optional[bool]:
     return None if out is None else bool(out.strip())
 
 
+def command_line(argv: Sequence[str]) -> Optional[list]:
+    """The command that wrote a result, without this machine's paths: the program's file name,
+    then the arguments with the checkout's own path made relative. None inside a notebook kernel,
+    whose command line names only the kernel's connection file (the notebook's parameters are
+    stored instead)."""
+    argv = [str(a) for a in argv]
+    if not argv or "ipykernel" in argv[0]:
+        return None
+    root = str(ROOT) + os.sep
+    return [Path(argv[0]).name] + [a.replace(root, "") for a in argv[1:]]
+
+
 def environment_block(platform: Optional[str] = None) -> dict:
     """Where and with what a measurement ran: :func:`~mlxlab.core.environment.device_summary`
     plus the results platform (default: detected), the git commit and whether the tree was
@@ -54,7 +67,7 @@ def environment_block(platform: Optional[str] = None) -> dict:
     from mlxlab.core.environment import mlx_env
 
     return {**device_summary(), "platform": platform or platform_name(), "git_commit": _git_commit(),
-            "git_dirty": _git_dirty(), "mlx_env": mlx_env()[0], "argv": list(sys.argv),
+            "git_dirty": _git_dirty(), "mlx_env": mlx_env()[0], "argv": command_line(sys.argv),
             "written_at": _dt.datetime.now(_dt.timezone.utc).isoformat(timespec="seconds")}
 
 

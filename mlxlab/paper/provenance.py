@@ -61,7 +61,8 @@ def rerun_command(store: ResultsStore, path: Path, doc: Dict) -> str:
     platform = env.get("platform") or path.parent.name
     gpu = env.get("device") == "gpu"
     cmd = _from_argv(env.get("argv") or [])
-    inferred = env.get("argv") is None
+    # a file older than the stored command line; a notebook's argv is null (a kernel) by design
+    inferred = "argv" not in env
     if cmd is None and doc.get("source"):  # a re-scoring (validate-sim --rescore): no device, no run
         return f"mlxlab validate-sim --rescore {doc['source']}"
     if cmd is None:
