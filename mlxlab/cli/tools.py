@@ -19,7 +19,8 @@ mlx-lm (pip install -e ".[cuda13,test]", or the bundle scripts/h200.sh unpacks f
 and the notebook stack of pyproject.toml: papermill, nbformat, nbconvert, ipykernel with a kernel
 named python3 that inherits PYTHONPATH, altair and vl-convert-python (the figures). The bundle
 holds mlx and mlx-lm only, and the H200 machine's Python has none of the notebook stack, so its
-wheels must travel in the bundle too. Then, from the project root on that machine:
+wheels travel in .whl/ (carried beside .mlxcuda; scripts/h200.sh installs them on arrival). Then,
+from the project root on that machine:
   MLX_CUDA_USE_CUDNN_SDPA=0 bash scripts/h200.sh reproduce --platform h200 \\
       --param model_name=qwen2.5-coder-1.5b --param bits=4
 (scripts/h200.sh sets PYTHONPATH and MLXLAB_PLATFORM=h200 and copies new results to $OUT). The
