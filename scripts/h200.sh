@@ -13,8 +13,8 @@ export PYTHONPATH="$PWD/.mlxcuda/site:$PWD" PYTHONUNBUFFERED=1 MLXLAB_PLATFORM=$
 # wheels the machine's Python lacks (the notebook stack of `mlxlab reproduce`: papermill, nbclient,
 # nbformat, nbconvert, ipykernel, altair, vl-convert-python and their needs), carried as .whl/
 if ls .whl/*.whl >/dev/null 2>&1; then
-  python3 -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --upgrade --target /tmp/site .whl/*.whl
-  export PYTHONPATH="$PYTHONPATH:/tmp/site"
+  python3 -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --upgrade --target .whl/site .whl/*.whl
+  export PYTHONPATH="$PYTHONPATH:$PWD/.whl/site"
 fi
 python3 -c 'import mlx.core as mx; print("mlx", mx.__version__, mx.default_device(), mx.device_info().get("device_name"))'
 python3 -m mlxlab.cli "$@"
