@@ -33,12 +33,10 @@ import math
 import time
 from typing import Callable, Dict, List, Optional, Sequence
 
-from mlxlab.core.presets import model_limits
 from mlxlab.core.runner import run_workload
 from mlxlab.core.workload import Workload
 from mlxlab.engine.baseline import MlxLmExecutor
 from mlxlab.engine.loop import Engine
-from mlxlab.sim.simulator import Simulator
 from mlxlab.studies.scheduling_metrics import run_metrics
 from mlxlab.studies.scheduling_plan import (
     REFERENCE_CHUNK,
@@ -193,65 +191,3 @@ def format_table(study: dict) -> str:
             m = ", ".join(f"{k}={v:.3g}" if isinstance(v, float) else f"{k}={v}" for k, v in m.items())
         lines.append(f"[{verdict}] {c['name']}: measured {m}  (goal: {c['goal']})")
     return "\n".join(lines)
-
-
-# ---------------------------------------------------------------------------------- chunk trade-off
-
-
-def _chat_lead_s(model, chat_prompt_tokens: int) -> float:
-    """How long the chat takes to get going alone: its prompt plus a few tokens at solo pace."""
-    probe = Engine(model)
-    r = probe.submit(list(range(1, chat_prompt_tokens + 1)), 6)
-    probe.run()
-    return r.token_times_s[-1] - r.arrival_s
-
-
-def _token_timeline(res) -> list:
-    """The chat's token times and the long prompt's arrival and first token, from the first
-    arrival (rows for a timeline plot)."""
-    chat = [r for r in res.submitted if r.tenant == "chat"]
-    batch = [r for r in res.submitted if r.tenant == "batch"]
-    t0 = min(r.arrival_s for r in res.submitted)
-    tt = [{"stream": "chat", "t_s": t - t0} for r in chat for t in r.token_times_s]
-    tt += [{"stream": "long prompt (first token)", "t_s": r.token_times_s[0] - t0} for r in batch if r.token_times_s]
-    tt += [{"stream": "long prompt (arrival)", "t_s": r.arrival_s - t0} for r in batch]
-    return tt
-
-
-def chunk_tradeoff(model, chunk_sizes: Sequence[int], *, policies: Sequence[str] = ("interleave", "admission_gate"),
-                   long_tokens: int = 1024, chat_prompt_tokens: int = 32, chat_output_tokens: int = 64,
-                   batch_start_s: Optional[float] = None, repeats: int = 1, executor: str = "engine",
-                   cost_model=None, seed: int = 0, progress: bool = True):
-    """The chunk-size trade-off: one chat stream decoding while one long prompt arrives, for each
-    policy and chunk size. Returns ``(table, timelines)``: per (policy, chunk) medians over repeats
-    of the chat's contended ITL p50/p99 and worst gap and the long prompt's TTFT; and per
-    (policy, chunk) the chat's token times of the first repeat (for timeline plots).
-    ``executor="sim"`` runs the same workload on the simulator with ``cost_model``."""
-    import pandas as pd  # notebook plumbing, optional
-
-    if executor not in ("engine", "sim"):
-        raise ValueError(f"executor must be 'engine' or 'sim', got {executor!r}")
-    vocab = model_limits(model)[0]
-    if batch_start_s is None:  # let the chat get going first
-        batch_start_s = _chat_lead_s(model, chat_prompt_tokens)
-    rows, timelines = [], {}
-    combos = [(p, c, k) for k in range(repeats) for p in policies for c in chunk_sizes]
-    if progress:
-        from tqdm.auto import tqdm  # notebook plumbing, optional
-        combos = tqdm(combos, desc="chunk trade-off", leave=False)
-    for policy, chunk, k in combos:
-        wl = Workload([chat_tenant(chat_prompt_tokens, chat_output_tokens),
-                       batch_tenant(1, long_tokens, 4, batch_start_s)], vocab_size=vocab, seed=seed + k)
-        opts = {"big_prompt_tokens": max(1, long_tokens // 2)} if policy == "admission_gate" else {}
-        ex = (Simulator.for_model(model, cost_model, policy=policy, chunk_size=chunk, **opts) if executor == "sim"
-              else Engine(model, policy=policy, chunk_size=chunk, **opts))
-        res = run_workload(ex, wl)
-        m = run_metrics(res, chunk)
-        rows.append({"policy": policy, "chunk_size": chunk, "repeat": k, "chat_itl_p50_s": m["chat_itl_p50_s"],
-                     "chat_itl_p99_s": m["chat_itl_p99_s"], "chat_worst_gap_s": m["chat_worst_gap_s"],
-                     "long_ttft_s": m["long_ttft_s"], "chunk_time_s": m["chunk_time_s"]})
-        if k == 0:
-            timelines[(policy, chunk)] = pd.DataFrame(_token_timeline(res))
-    table = (pd.DataFrame(rows).groupby(["policy", "chunk_size"], as_index=False).median(numeric_only=True)
-             .drop(columns="repeat"))
-    return table, timelines
