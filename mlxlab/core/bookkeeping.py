@@ -78,7 +78,7 @@ class PlanExecutor(Executor):
 
     @property
     def has_work(self) -> bool:
-        return bool(self._queue or self._ready or self._active_decoding() or self._pending)
+        return bool(self._queue or self._ready or self._pending is not None or self._active_decoding())
 
     def state(self) -> SchedulerState:
         """The policy's view of the queues now: the schedulable prefills in arrival order, and
@@ -207,7 +207,7 @@ class PlanExecutor(Executor):
         (its phase set, no end yet) ends now and goes to the policy."""
         if rec.end_s == 0.0 and rec.phase:
             rec.end_s = t
-            self.policy.observe(rec.as_dict())
+            self._observe(rec)
         for s, tok in zip(rows, tokens):
             req = s.req
             if req.done or s.stopped:
@@ -247,5 +247,11 @@ class PlanExecutor(Executor):
         rec.phase = "mixed" if (rec.decode_seqs and rec.prefill) else ("decode" if rec.decode_seqs else "prefill")
         if end_s is not None:
             rec.end_s = end_s
-            self.policy.observe(rec.as_dict())
+            self._observe(rec)
         return rec
+
+    def _observe(self, rec: StepRecord) -> None:
+        """Hand a finished step's record to the policy, as a dict, if the policy reads records
+        (``Policy.observes``; an object without the flag gets them all)."""
+        if getattr(self.policy, "observes", True):
+            self.policy.observe(rec.as_dict())

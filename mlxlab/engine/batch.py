@@ -2,16 +2,20 @@
 (sized up front, padded chunks trimmed back, quantized on mlx-lm's rule) and the wrapper that
 evaluates a chunk layer by layer.
 
-Decode rows share mlx-lm caches: a lone row decodes on its own plain ``KVCache`` per layer,
-exactly as ``generate_step`` does (no copy, no mask array, no per-layer offset arrays: worth
-about a fifth of decode speed on a GPU); two or more rows are one left-padded ``BatchKVCache``
-per layer, merged, extended, filtered and extracted with mlx-lm's own methods.
+Decode rows share mlx-lm caches. While every row holds the same number of positions (a lone
+row; rows whose prompts were as long and joined together) they are one plain ``KVCache`` per
+layer with a batch dimension, exactly what ``generate_step`` decodes on: no copy per step, no mask
+array, no per-row offset arrays. A lone stream on its own cache ran about a fifth faster than on a
+one-row ``BatchKVCache`` on the H200, and on mlx's CUDA backend any mask array sends decode
+attention off the fused vector kernel. Rows of different lengths are one left-padded
+``BatchKVCache`` per layer, merged, extended, filtered and extracted with mlx-lm's own methods;
+when the rows left over are even again (no padding), they go back to a plain cache.
 """
 
 from __future__ import annotations
 
 from contextlib import contextmanager
-from typing import List, Optional
+from typing import List, Optional, Sequence
 
 import mlx.core as mx
 from mlx_lm.generate import maybe_quantize_kv_cache
@@ -103,41 +107,100 @@ def evaluating_layers(caches, sync: str):
             del c.update_and_fetch
 
 
+def _stack(layer: Sequence[KVCache]) -> KVCache:
+    """One plain ``KVCache`` holding the rows of ``layer`` (plain caches at one offset) along the
+    batch axis."""
+    out = KVCache()
+    if any(c.keys is None for c in layer):  # nothing written yet (every offset is then 0)
+        return out
+    n = layer[0].offset
+    out.keys = mx.concatenate([c.keys[..., :n, :] for c in layer], axis=0)
+    out.values = mx.concatenate([c.values[..., :n, :] for c in layer], axis=0)
+    out.offset = n
+    return out
+
+
+def _padded(c: KVCache) -> BatchKVCache:
+    """A plain cache of B rows at one offset as a ``BatchKVCache`` without padding (no copy)."""
+    rows = 1 if c.keys is None else int(c.keys.shape[0])
+    b = BatchKVCache([0] * rows)
+    if c.keys is not None:
+        n = c.offset
+        b.keys, b.values = c.keys[..., :n, :], c.values[..., :n, :]
+        b.offset, b._idx = mx.array([n] * rows), n
+    return b
+
+
+def _unpadded(b: BatchKVCache) -> KVCache:
+    """A ``BatchKVCache`` whose rows carry no left padding as one plain cache (no copy)."""
+    out = KVCache()
+    if b.keys is not None:
+        out.keys, out.values, out.offset = b.keys[..., :b._idx, :], b.values[..., :b._idx, :], b._idx
+    return out
+
+
 class DecodeBatch:
     """The decode rows' KV cache (per layer) and their next decode inputs (see the module
-    docstring); rows are in the order of the engine's decode rows."""
+    docstring); rows are in the order of the engine's decode rows. ``even`` says whether the
+    rows are one plain cache at one offset (no padding, no mask)."""
 
     def __init__(self):
         self.cache: Optional[list] = None
         self.inputs: Optional[mx.array] = None  # next decode input per row (may be in flight)
 
+    @property
+    def even(self) -> bool:
+        return self.cache is not None and all_plain(self.cache)
+
     def join(self, caches: List[list], inputs: mx.array) -> None:
         """Append rows: ``caches`` (each a prompt's per-layer caches) and their first inputs."""
-        if self.cache is None and len(caches) == 1 and all_plain(caches[0]):
-            self.cache, self.inputs = caches[0], inputs  # a lone stream keeps its own cache
+        parts = ([self.cache] if self.cache is not None else []) + list(caches)
+        if all(all_plain(p) for p in parts) and len({p[0].offset for p in parts}) == 1:
+            # every row at one length: one plain cache, as generate_step decodes
+            self.cache = parts[0] if len(parts) == 1 else [_stack(layer) for layer in zip(*parts)]
+            self.inputs = inputs if self.inputs is None else mx.concatenate([self.inputs.astype(mx.uint32), inputs])
             return
         merged = [layer[0].merge(list(layer)) for layer in zip(*caches)]
         if self.cache is None:
             self.cache, self.inputs = merged, inputs
             return
-        if all_plain(self.cache):  # the lone stream becomes row 0 of a batch
-            self.cache = [c.merge([c]) for c in self.cache]
+        if all_plain(self.cache):  # the even rows become the first rows of a padded batch
+            self.cache = [_padded(c) for c in self.cache]
         for c, m in zip(self.cache, merged):
             c.extend(m)
         self.inputs = mx.concatenate([self.inputs.astype(mx.uint32), inputs])
 
     def drop(self, keep: List[int]) -> None:
-        """Keep only the rows at the indices ``keep``; one row left goes back to plain caches."""
+        """Keep only the rows at the indices ``keep``; rows left without padding go back to a
+        plain cache."""
         if not keep:
             self.cache, self.inputs = None, None
             return
-        if len(keep) == 1 and all(isinstance(c, BatchKVCache) for c in self.cache):
+        idx = mx.array(keep)
+        if all_plain(self.cache):
+            for c in self.cache:
+                if c.keys is not None:
+                    c.keys, c.values = c.keys[idx], c.values[idx]
+        elif len(keep) == 1 and all(isinstance(c, BatchKVCache) for c in self.cache):
             self.cache = [c.extract(keep[0]) for c in self.cache]
         else:
             for c in self.cache:
-                c.filter(keep)
-        self.inputs = self.inputs[mx.array(keep)]
+                c.filter(keep)  # mlx-lm's: also shifts the rows left by their least padding
+            if all(type(c) is BatchKVCache for c in self.cache) and not any(self.cache[0].left_padding.tolist()):
+                self.cache = [_unpadded(c) for c in self.cache]
+        self.inputs = self.inputs[idx]
 
     def row(self, i: int) -> list:
         """Row ``i``'s per-layer KV (every position it holds) as plain caches."""
-        return self.cache if all_plain(self.cache) else [c.extract(i) for c in self.cache]
+        if not all_plain(self.cache):
+            return [c.extract(i) for c in self.cache]
+        if self.cache[0].keys is None or self.cache[0].keys.shape[0] == 1:
+            return self.cache
+        out = []
+        for c in self.cache:
+            r = KVCache()
+            r.keys = mx.contiguous(c.keys[i:i + 1, :, :c.offset])
+            r.values = mx.contiguous(c.values[i:i + 1, :, :c.offset])
+            r.offset = c.offset
+            out.append(r)
+        return out

@@ -17,6 +17,14 @@ class Policy:
     def schedule(self, state: SchedulerState) -> StepPlan:  # pragma: no cover - abstract
         raise NotImplementedError
 
+    # Whether the policy reads step records: set for every subclass by __init_subclass__, so an
+    # executor builds a step's record dict only for a policy that overrides observe.
+    observes = False
+
+    def __init_subclass__(cls, **kwargs):
+        super().__init_subclass__(**kwargs)
+        cls.observes = cls.observe is not Policy.observe
+
     def observe(self, record: dict) -> None:
         pass
 
