@@ -5,9 +5,9 @@ two mlx streams from two threads, so decoding does not wait for a chunk to finis
   policy for a plan each step as usual and runs the decode inline on its own stream. The plan's
   prefill chunks are handed to the prefill worker only if the worker is idle; otherwise they are
   skipped this step (the worker is still busy with the previous plan's chunks).
-* The **prefill worker** (:class:`PrefillWorker`) is a daemon thread with its own stream
-  (``mx.new_stream`` created inside the thread: mlx streams belong to the thread that made them).
-  It runs the chunks of one handed-over plan, evaluates the caches, fills in that plan's
+* The **prefill worker** (:class:`PrefillWorker`, the engine's side) hands each job to the
+  process's prefill thread (:class:`PrefillThread`, a daemon thread with its own stream, made
+  inside the thread: mlx streams belong to the thread that made them). That thread runs the chunks of one handed-over plan, evaluates the caches, fills in that plan's
   :class:`~mlxlab.core.request.StepRecord` (phase "prefill", ``thread`` "prefill", its own start
   and end) and publishes the sequences whose prefill finished; the main thread collects them at
   its next step, and they join the decode batch at the next decode. When nothing else can run,
@@ -22,11 +22,15 @@ two mlx streams from two threads, so decoding does not wait for a chunk to finis
   (a prefill record is appended at hand-over; its ``start_s`` is when the worker began it);
   ``thread`` says which thread ran it. ``policy.observe`` is only ever called on the main
   thread: worker records are delivered when their results are collected.
-* **Lifetime.** The worker starts at the first hand-over and stops at the end of :meth:`Engine.run`
-  or on :meth:`Engine.close` (a later step starts a new one). It holds only a weak reference to
-  its engine, so an engine dropped without ``close()`` does not keep it alive for long. (Each
-  worker makes a new mlx stream; on the CPU every mlx stream keeps an idle thread for the life
-  of the process.)
+* **Lifetime.** Every overlap engine of a process shares **one** prefill thread per device, with
+  one mlx stream made inside it (:class:`PrefillThread`); an engine's :class:`PrefillWorker` hands
+  its jobs to that thread and waits for their results. The thread starts at the first hand-over in
+  the process and is stopped and joined at interpreter exit (``atexit``). One thread and one
+  stream, however many engines: on mlx's CUDA backend a process whose second overlap engine made
+  a second prefill thread and stream (each closed and joined before the next) aborted at exit
+  ("terminate called without an active exception", exit 134); one made by one engine exited 0.
+  :meth:`Engine.close` and the end of :meth:`Engine.run` wait for the engine's job and collect it;
+  the thread holds no reference to an engine between jobs, so a dropped engine is freed.
 * **mlx back-pressure.** ``eval``/``async_eval`` on any thread block while more than 10 scheduler
   tasks are in flight in the whole process (``MAX_ACTIVE_TASKS``, one global count; on the CPU a
   task is 10 dispatched ops). A chunk's whole graph queued at once keeps that count at 10, and
@@ -40,61 +44,144 @@ two mlx streams from two threads, so decoding does not wait for a chunk to finis
 
 from __future__ import annotations
 
+import atexit
+import collections
+import os
 import threading
+import time
 import weakref
-from typing import Callable, List, Optional, Set, Tuple
+from typing import Callable, Deque, Dict, List, Optional, Set, Tuple
 
 import mlx.core as mx
 
 from mlxlab.core.request import SequenceState, StepRecord
 
 OVERLAP_SYNCS = ("layer", "pipelined", "chunk")
-WORKER_POLL_S = 1.0  # an idle prefill worker checks this often whether its engine still exists
+WORKER_POLL_S = 1.0  # a main thread waiting on the prefill thread checks this often that it still runs
 
 Chunks = List[Tuple[SequenceState, int]]
 
 
+class PrefillThread:
+    """The process's prefill thread for one device and its stream, shared by every engine's
+    :class:`PrefillWorker` (see "Lifetime" in the module docstring). Jobs run one at a time in the
+    order handed over."""
+
+    def __init__(self, device_name: str):
+        self.device_name = device_name
+        self._cv = threading.Condition()
+        self._jobs: Deque[tuple] = collections.deque()  # (weak ref to a PrefillWorker, job)
+        self._stopping = False
+        self.thread: Optional[threading.Thread] = None
+
+    def submit(self, worker: "PrefillWorker", job) -> threading.Thread:
+        """Queue ``worker``'s job, starting the thread if it is not running; returns the thread."""
+        with self._cv:
+            if self.thread is None or not self.thread.is_alive():
+                self._stopping = False
+                self.thread = threading.Thread(target=self._loop, name="mlxlab-prefill", daemon=True)
+                self.thread.start()
+            self._jobs.append((weakref.ref(worker), job))
+            self._cv.notify_all()
+            return self.thread
+
+    def shutdown(self) -> None:
+        """Let the queued jobs finish, then stop the thread and wait until it has exited (at
+        interpreter exit: see :func:`_wait_for_exit`)."""
+        with self._cv:
+            self._stopping = True
+            self._cv.notify_all()
+            thread = self.thread
+        if thread is not None and thread is not threading.current_thread():
+            thread.join()
+            _wait_for_exit(thread)
+
+    def _loop(self) -> None:
+        stream = mx.new_stream(mx.default_device())  # streams are per thread: make it here, once
+        while True:
+            with self._cv:
+                while not self._jobs and not self._stopping:
+                    self._cv.wait()
+                if not self._jobs:
+                    return
+                ref, job = self._jobs.popleft()
+            worker = ref()
+            if worker is not None:
+                worker._run(job, stream)
+            worker = job = None  # hold nothing of an engine between jobs
+
+
+def _wait_for_exit(thread: threading.Thread, timeout_s: float = 2.0) -> None:
+    """Wait until a joined thread's operating-system thread is gone. mlx keeps a thread's streams
+    in thread-local storage, released when that OS thread exits; a process that exits while a
+    thread holding an mlx stream still runs aborts ("terminate called without an active
+    exception", exit 134; reproduced on the CPU backend). ``join`` returns once Python is done with
+    the thread, a moment *before* its thread-local destructors run, so at interpreter exit the
+    main thread could win that race. Linux shows live threads under /proc/self/task; elsewhere a
+    short sleep gives the thread that moment."""
+    tid = getattr(thread, "native_id", None)
+    task = f"/proc/self/task/{tid}"
+    if tid is None or not os.path.isdir("/proc/self/task"):
+        time.sleep(0.1)
+        return
+    deadline = time.monotonic() + timeout_s
+    while os.path.exists(task) and time.monotonic() < deadline:
+        time.sleep(0.001)
+
+
+_THREADS: Dict[str, PrefillThread] = {}
+_THREADS_LOCK = threading.Lock()
+
+
+def prefill_thread() -> PrefillThread:
+    """The shared prefill thread of the default device (made on first use)."""
+    name = str(mx.default_device())
+    with _THREADS_LOCK:
+        if name not in _THREADS:
+            _THREADS[name] = PrefillThread(name)
+        return _THREADS[name]
+
+
+@atexit.register
+def _shutdown_prefill_threads() -> None:
+    for t in list(_THREADS.values()):
+        t.shutdown()
+
+
 class PrefillWorker:
-    """The prefill thread of one engine and its hand-over protocol (see the module docstring).
+    """One engine's side of the prefill thread and its hand-over protocol (see the module
+    docstring).
 
     ``run_job(rec, chunks)`` is the engine's (bound) method that runs a job's chunks and returns
     the sequences whose prefill finished; the worker holds it weakly. Main-thread state:
-    ``thread``, ``busy`` (a job is out and its result not yet collected), ``held`` (ids of the
-    sequences the worker holds). Guarded by the condition: the job, the result, the stop flag."""
+    ``thread`` (the shared prefill thread while this engine uses it, None after :meth:`stop`),
+    ``busy`` (a job is out and its result not yet collected), ``held`` (ids of the sequences the
+    worker holds). Guarded by the condition: the result."""
 
     def __init__(self, run_job: Callable[[StepRecord, Chunks], List[SequenceState]]):
         self._run_job = weakref.WeakMethod(run_job)
         self._cv = threading.Condition()
-        self._job: Optional[Tuple[StepRecord, Chunks]] = None  # handed over, not yet taken
-        self._result = None  # (record, finished sequences, error) published by the worker
-        self._stopping = False
+        self._result = None  # (record, finished sequences, error) published by the prefill thread
         self.thread: Optional[threading.Thread] = None
         self.busy = False
         self.held: Set[int] = set()
 
     # ------------------------------------------------------------------ main thread
     def hand_over(self, rec: StepRecord, chunks: Chunks) -> None:
-        """Give the worker ``chunks`` (and those sequences' caches), recorded in ``rec``."""
-        if self.thread is None or not self.thread.is_alive():
-            with self._cv:
-                self._stopping = False
-            self.thread = threading.Thread(target=self._loop, name="mlxlab-prefill", daemon=True)
-            self.thread.start()
+        """Give the prefill thread ``chunks`` (and those sequences' caches), recorded in ``rec``."""
         self.held = {seq.req.id for seq, _ in chunks}
         self.busy = True
-        with self._cv:
-            self._job = (rec, chunks)
-            self._cv.notify_all()
+        self.thread = prefill_thread().submit(self, (rec, chunks))
 
     def collect(self, wait: bool = False) -> Optional[Tuple[StepRecord, List[SequenceState]]]:
         """Take back the finished job (waiting for it if ``wait``): its record and the sequences
-        whose prefill finished, or None if no job finished. Raises the worker's error."""
+        whose prefill finished, or None if no job finished. Raises the job's error."""
         if not self.busy:
             return None
         with self._cv:
             while wait and self._result is None:
                 if self.thread is None or not self.thread.is_alive():
-                    raise RuntimeError("the prefill worker stopped without finishing its chunks")
+                    raise RuntimeError("the prefill thread stopped without finishing its chunks")
                 self._cv.wait(WORKER_POLL_S)
             result, self._result = self._result, None
         if result is None:
@@ -108,45 +195,30 @@ class PrefillWorker:
         return rec, finished
 
     def stop(self) -> bool:
-        """Stop the thread once its current job is done; False if none was running."""
-        thread = self.thread
-        if thread is None:
+        """Wait until this engine's job (if any) is done, and let go of the prefill thread; False
+        if the engine never used it since the last stop."""
+        if self.thread is None:
             return False
         with self._cv:
-            self._stopping = True
-            self._cv.notify_all()
-        thread.join()
+            while self.busy and self._result is None and self.thread.is_alive():
+                self._cv.wait(WORKER_POLL_S)
         self.thread = None
         return True
 
-    # ------------------------------------------------------------------ worker thread
-    def _next_job(self) -> Optional[Tuple[StepRecord, Chunks]]:
-        """Wait for a job; None once the engine is gone, or stopped the worker with none queued."""
+    # ------------------------------------------------------------------ prefill thread
+    def _run(self, job: Tuple[StepRecord, Chunks], stream) -> None:
+        """Run one job on the prefill thread's stream and publish its result."""
+        rec, chunks = job
+        finished, error = [], None
+        run = self._run_job()
+        try:
+            if run is None:
+                raise RuntimeError("the engine was dropped while its prefill job was queued")
+            with mx.stream(stream):
+                finished = run(rec, chunks)
+        except BaseException as e:  # handed to the main thread, raised there
+            error = e
+        run = None
         with self._cv:
-            while True:
-                if self._run_job() is None or (self._job is None and self._stopping):
-                    return None
-                if self._job is not None:
-                    job, self._job = self._job, None
-                    return job
-                self._cv.wait(WORKER_POLL_S)
-
-    def _loop(self) -> None:
-        """Run one job at a time on this thread's stream. The engine is held only while a job
-        runs, so a dropped engine lets the thread exit."""
-        stream = mx.new_stream(mx.default_device())  # streams are per thread: make it here
-        while (job := self._next_job()) is not None:
-            rec, chunks = job
-            finished, error = [], None
-            run = self._run_job()
-            try:
-                if run is None:
-                    raise RuntimeError("the engine was dropped while its prefill job was queued")
-                with mx.stream(stream):
-                    finished = run(rec, chunks)
-            except BaseException as e:  # handed to the main thread, raised there
-                error = e
-            with self._cv:
-                self._result = (rec, finished, error)
-                self._cv.notify_all()
-            run = job = rec = chunks = finished = error = None
+            self._result = (rec, finished, error)
+            self._cv.notify_all()
