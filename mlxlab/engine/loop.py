@@ -22,6 +22,7 @@ described in :mod:`mlxlab.engine.overlap`.
 
 from __future__ import annotations
 
+import copy
 import threading
 import time
 from typing import Callable, Dict, List, Optional, Sequence
@@ -104,9 +105,15 @@ class Engine(PlanExecutor):
             finished request's prompt + output go into the cache (a chat's next turn hits).
             A ``kv_bits`` request stores and restores quantized KV, matching only entries of
             its own quantization.
-        warmup: "off", "token" (one short request after load, as the case study's "Hi") or
-            "shapes" (also a prompt at ``chunk_size`` and decode at batch sizes 1 and 8), run
-            before the engine's clock starts; the seconds spent are in ``warmup_s``.
+        warmup: "off", "token" (one short request after load, as the case study's "Hi"),
+            "shapes" (also a prompt at ``chunk_size`` and decode at batch sizes 1 and 8) or
+            "policy" (also a throwaway engine configured like this one runs a chat with a
+            ``warmup_tokens`` document arriving beside it: every chunk shape and context the
+            policy will use; :func:`mlxlab.engine.warmup.policy_warmup`), run before the engine's
+            clock starts; the seconds spent are in ``warmup_s``.
+        warmup_tokens: the "policy" warm-up's document length (default: twice ``chunk_size``
+            and three tokens, within the model's context); set it to the longest prompt you
+            expect for a first run as fast as the second.
         kv_budget_bytes: admission by KV memory (:mod:`mlxlab.engine.admission`): a request whose
             prompt + ``max_tokens`` of KV could never fit is refused at submit; one that does not
             fit beside the requests already started waits (the policy does not see it).
@@ -136,7 +143,8 @@ class Engine(PlanExecutor):
                  overlap: bool = False, overlap_sync: str = "layer", prefix_cache=None,
                  warmup: str = "off", kv_budget_bytes: Optional[int] = None,
                  cache_limit_bytes: Optional[int] = None, memory_limit_bytes: Optional[int] = None,
-                 fuse: Optional[bool] = None, key_align: int = KEY_ALIGN, **policy_options):
+                 fuse: Optional[bool] = None, key_align: int = KEY_ALIGN,
+                 warmup_tokens: Optional[int] = None, **policy_options):
         vocab_size, max_context = model_limits(model)
         super().__init__(chunk_size=chunk_size, key_align=key_align, stop_tokens=stop_tokens,
                          vocab_size=vocab_size, max_context=max_context)
@@ -165,9 +173,34 @@ class Engine(PlanExecutor):
         self._clock = clock
         self.warmup_s: Dict[str, float] = {}
         if warmup != "off":
-            self.warmup_s = run_warmup(lambda c: Engine(model, chunk_size=c), self.vocab_size, warmup,
-                                       chunk_sizes=(chunk_size,), batch_sizes=(1, 8))
+            if warmup == "policy":
+                same = dict(policy=copy.deepcopy(policy) if isinstance(policy, Policy) else policy,
+                            overlap=overlap, overlap_sync=overlap_sync, fuse=fuse, key_align=key_align,
+                            **policy_options)
+                made: List[Engine] = []
+                factory = lambda c: made.append(Engine(model, chunk_size=c, **same)) or made[-1]  # noqa: E731
+                tokens = min(warmup_tokens or 2 * chunk_size + 3, self.max_context - 16)
+            else:
+                made, factory, tokens = [], (lambda c: Engine(model, chunk_size=c)), None
+            self.warmup_s = run_warmup(factory, self.vocab_size, warmup, chunk_sizes=(chunk_size,),
+                                       batch_sizes=(1, 8), prompt_tokens=tokens)
+            self._prime(made)
         self._t0 = clock()
+
+    def _prime(self, engines: List["Engine"]) -> None:
+        """Show a policy that learns from step records (``slo``) the warm-up's steps, so it starts
+        with a cost model measured on this device instead of crawling up from its smallest chunk.
+        A step of a shape not seen before in the warm-up is left out: it carries first-use costs
+        (kernel preparation) that later steps of that shape do not pay."""
+        if not getattr(self.policy, "observes", False):
+            return
+        seen = set()
+        for eng in engines:
+            for rec in eng.steps:
+                shape = (rec.phase, rec.fused, len(rec.decode_seqs), tuple(p[1] for p in rec.prefill))
+                if shape in seen:
+                    self.policy.observe(rec.as_dict())
+                seen.add(shape)
 
     def _fuses(self, fuse: Optional[bool], overlap: bool) -> bool:
         fusable, why = can_fuse(self.module)
@@ -429,4 +462,4 @@ class Engine(PlanExecutor):
         rec, finished = done
         for seq in finished:
             self._prefill_done(seq)
-        self.policy.observe(rec.as_dict())
+        self._observe(rec)

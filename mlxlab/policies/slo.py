@@ -14,6 +14,11 @@ class SLOChunking(Policy):
     decode, the largest chunk whose predicted step (decode + chunk) keeps their inter-token
     latency under ``itl_target_s``; with nobody decoding, ``max_chunk``.
 
+    ``itl_target_s`` None (the default) sets the target relative to the device: ``itl_target_x``
+    times the cost model's decode-only step for the same decode batch and contexts, i.e. "the
+    chat's ITL at most twice its solo ITL" wherever it runs. A fixed 50 ms target (the old
+    default) let 2,048-token chunks through on an H200, where a solo decode step takes 3-9 ms.
+
     The cost model (:class:`mlxlab.core.costmodel.StepCostModel`) is refitted from the executor's own
     step records every ``refit_every`` observations; until it has ``min_observations`` it plays
     safe with ``min_chunk``. A pre-fitted model (from ``mlxlab profile``) can be passed in.
@@ -41,14 +46,18 @@ class SLOChunking(Policy):
 
     name = "slo"
 
-    def __init__(self, itl_target_s: float = 0.05, min_chunk: int = 32, max_chunk: int = 2048,
+    def __init__(self, itl_target_s: Optional[float] = None, min_chunk: int = 32, max_chunk: int = 2048,
                  cost_model=None, interactive_tenants: Optional[Sequence[str]] = None,
                  refit_every: int = 16, min_observations: int = 8, history: int = 512,
-                 infeasible_efficiency: float = 0.5, chunk_multiple: int = 1, key_align: int = KEY_ALIGN):
+                 infeasible_efficiency: float = 0.5, chunk_multiple: int = 1, key_align: int = KEY_ALIGN,
+                 itl_target_x: float = 2.0):
         if key_align < 1:
             raise ValueError(f"key_align must be >= 1 (1: chunks as chosen), got {key_align}")
-        if itl_target_s <= 0:
-            raise ValueError(f"itl_target_s must be positive, got {itl_target_s}")
+        if itl_target_s is not None and itl_target_s <= 0:
+            raise ValueError(f"itl_target_s must be positive (or None: relative to the decode step), got {itl_target_s}")
+        if itl_target_x <= 1:
+            raise ValueError(f"itl_target_x must be above 1 (the target as a multiple of a decode-only step), "
+                             f"got {itl_target_x}")
         if chunk_multiple < 1:
             raise ValueError(f"chunk_multiple must be >= 1, got {chunk_multiple}")
         if not 0 < infeasible_efficiency <= 1:
@@ -57,6 +66,7 @@ class SLOChunking(Policy):
         if not 1 <= min_chunk <= max_chunk:
             raise ValueError(f"need 1 <= min_chunk <= max_chunk, got {min_chunk}, {max_chunk}")
         self.itl_target_s = itl_target_s
+        self.itl_target_x = float(itl_target_x)
         self.min_chunk, self.max_chunk = min_chunk, max_chunk
         self.cost_model = cost_model or StepCostModel()
         self._learn = cost_model is None
@@ -98,9 +108,10 @@ class SLOChunking(Policy):
             hi = self.max_chunk
             if self._learn:  # no extrapolation far past what the model has seen (class docstring)
                 hi = min(hi, max(self.min_chunk, 2 * self._largest_seen))
-            feasible = self.cost_model.predict(batch, ctx, [(self.min_chunk, at)]) <= self.itl_target_s
+            target = self.target_s(batch, ctx)
+            feasible = self.cost_model.predict(batch, ctx, [(self.min_chunk, at)]) <= target
             if feasible:
-                n = self.cost_model.largest_chunk(self.itl_target_s, batch, ctx, at, self.min_chunk, hi)
+                n = self.cost_model.largest_chunk(target, batch, ctx, at, self.min_chunk, hi)
             else:  # the target cannot be met: see the class docstring
                 self.infeasible_steps += 1
                 n = self.cost_model.efficient_chunk(batch, ctx, at, self.min_chunk, hi, self.infeasible_efficiency)
@@ -114,7 +125,15 @@ class SLOChunking(Policy):
         plan.prefill.append((s.seq_id, align_chunk(n, s, self.key_align) or n))  # (idempotent when aligned above)
         return plan
 
+    def target_s(self, decode_batch: int, decode_context_tokens: int) -> float:
+        """The ITL target for a step with this decode batch: ``itl_target_s``, or ``itl_target_x``
+        times the fitted model's decode-only step."""
+        if self.itl_target_s is not None:
+            return self.itl_target_s
+        return self.itl_target_x * self.cost_model.predict(decode_batch, decode_context_tokens, [])
+
     def __repr__(self) -> str:
-        return (f"SLOChunking(itl_target_s={self.itl_target_s}, min_chunk={self.min_chunk}, "
+        target = self.itl_target_s if self.itl_target_s is not None else f"{self.itl_target_x:g}x decode step"
+        return (f"SLOChunking(itl_target_s={target}, min_chunk={self.min_chunk}, "
                 f"max_chunk={self.max_chunk}, infeasible_efficiency={self.infeasible_efficiency}, "
                 f"chunk_multiple={self.chunk_multiple}, key_align={self.key_align})")

@@ -1,0 +1,58 @@
+"""The engine's "policy" warm-up: a throwaway engine configured like the real one runs a chat with a
+document beside it before the clock starts, so a first run meets shapes it has already seen."""
+
+import random
+
+import pytest
+from oracle import assert_matches, prompts_for, reference
+
+from mlxlab import Engine
+from mlxlab.policies import SLOChunking
+
+
+@pytest.mark.parametrize("kw", [dict(policy="stall_free", token_budget=64), dict(policy="interleave", overlap=True)])
+def test_policy_warmup_runs_before_the_clock_and_leaves_no_trace(tiny, kw):
+    eng = Engine(tiny, chunk_size=32, warmup="policy", warmup_tokens=90, **kw)
+    assert set(eng.warmup_s) == {"token", "policy"} and all(v > 0 for v in eng.warmup_s.values())
+    assert eng.requests == [] and eng.steps == [] and not eng.has_work
+    assert eng.now() < sum(eng.warmup_s.values()) + 1.0  # the clock started after the warm-up
+    p = prompts_for(random.Random(9), tiny.vocab_size, [70])[0]
+    r = eng.submit(p, 8)
+    eng.run()
+    assert_matches(r.output_tokens, reference(tiny, p, 8))
+
+
+def test_policy_warmup_primes_a_learning_policy_with_its_repeated_shapes(tiny):
+    """The warm-up runs a copy of the policy (its own choices are not the real one's), and the real
+    policy then observes the warm-up's steps, less each shape's first step (first-use costs)."""
+    pol = SLOChunking(min_observations=2, refit_every=2)
+    eng = Engine(tiny, policy=pol, chunk_size=32, warmup="policy", warmup_tokens=120)
+    assert eng.policy is pol and pol.chosen == []
+    assert 0 < len(pol._records) < len(eng.steps) + 200 and pol.cost_model.fitted
+    shapes = [(r["phase"], r["fused"], r["decode_batch"], tuple(c[0] for c in r["prefill_chunks"]))
+              for r in pol._records]
+    assert len(pol._records) >= 2
+    plain = Engine(tiny, policy="interleave", chunk_size=32, warmup="policy", warmup_tokens=120)
+    assert plain.policy.observes is False and shapes  # nothing to prime
+
+
+def test_unknown_warmup_mode_is_refused(tiny):
+    with pytest.raises(ValueError, match="policy"):
+        Engine(tiny, warmup="everything")
+
+
+def test_slo_default_target_is_twice_the_models_decode_only_step():
+    """With no itl_target_s, slo aims at itl_target_x (2) times the model's decode-only step: here a
+    5 ms decode and 1 ms + 20 us/token per chunk, so the largest chunk within 10 ms is ~200."""
+    from mlxlab.core.costmodel import StepCostModel
+    from mlxlab.core.plan import SchedulerState, SeqView
+    cm = StepCostModel.from_coefficients({"decode_step": 0.005, "prefill_chunks": 0.001, "prefill_tokens": 2e-5},
+                                         n_obs=1)
+    pol = SLOChunking(cost_model=cm, min_chunk=16, max_chunk=4096)
+    st = SchedulerState(0, 4096, [SeqView(1, "b", 0, 20000, 0)], [SeqView(2, "chat", 0, 5, 5, 1, 99)])
+    assert pol.target_s(1, 6) == pytest.approx(2 * cm.predict(1, 6, []))
+    (_, n), = pol.schedule(st).prefill
+    assert 180 <= n <= 200 and pol.infeasible_steps == 0
+    assert "2x decode step" in repr(pol)
+    with pytest.raises(ValueError, match="itl_target_x"):
+        SLOChunking(itl_target_x=1.0)
