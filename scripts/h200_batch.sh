@@ -21,9 +21,13 @@
 #   presize    issue 5: probes/presize_probe.py, a 16k prefill with the KV cache sized up front or grown
 #   align      issue 5: probes/align_ab.py, the validation workloads with aligned chunks (key_align=8) or not (1)
 #   singlereq  issue 4: probes/h200_singlereq.py, warm-up per preset, KV probe and speed, prefix restores
+#   limit      issue 16: bench engine with the decode-limit rows (bare loop, engine, mlx-lm at batch 1 and 8,
+#              host profile per step), 3 presets, 5 repeats (~300 s)
+#   exit       issue 16: probes/exit_probe.py, which uses of streams on threads exit 0 (~60 s)
+#   contention issue 16: bench contention, 3 presets (a chat beside a 30k-token document)
 set -uo pipefail
 cd "$(dirname "$0")/.."
-part=${1:?give a PART: engine | engine05 | sim | sched | sched_cudnn | slo | singlereq | rebatch | chunks | decodes | presize | align}
+part=${1:?give a PART: engine | engine05 | sim | sched | sched_cudnn | slo | singlereq | rebatch | chunks | decodes | presize | align | limit | exit | contention}
 H="bash scripts/h200.sh"
 LOG=${OUT:-/tmp}/logs/$part.log
 MARK=$(mktemp) && touch "$MARK"
@@ -82,6 +86,16 @@ case "$part" in
     T=${T_ALIGN:-300} run $PY -m probes.align_ab $M --repeats 3 ;;
   singlereq)
     T=240 run $PY -m probes.h200_singlereq ;;
+  limit)
+    T=${T_LIMIT:-420} run $H bench engine --models ${LIMIT_MODELS:-qwen2.5-0.5b llama-3.2-1b qwen2.5-coder-1.5b} --bits 4 \
+      --prompt-tokens 4096 --decode-tokens 128 --repeats ${LIMIT_REPEATS:-5} ${LIMIT_ARGS:-} ;;
+  exit)
+    T=${T_EXIT:-150} run $PY -m probes.exit_probe --model qwen2.5-0.5b --bits 4 ;;
+  contention)
+    T=${T_CONT:-540} run $H bench contention --models ${CONT_MODELS:-qwen2.5-0.5b llama-3.2-1b qwen2.5-coder-1.5b} \
+      --bits 4 --doc-tokens 30000 --chat-context 1536 --repeats ${CONT_REPEATS:-3} --settings ${CONT_SETTINGS:-mlx_lm-2048 \
+      interleave-512 interleave-2048 stall_free-256 stall_free-512 stall_free-1024 overlap-256 overlap-512 overlap-2048 \
+      overlap-512-pipelined overlap-2048-pipelined slo} ${CONT_ARGS:-} ;;
   *) echo "unknown PART $part" >&2; exit 2 ;;
 esac
 if [ -n "${OUT:-}" ]; then

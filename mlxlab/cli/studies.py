@@ -1,4 +1,4 @@
-"""``mlxlab bench`` (``engine``, ``scheduling``, ``speculation``) and ``mlxlab train-tiny``.
+"""``mlxlab bench`` (``engine``, ``scheduling``, ``contention``, ``speculation``) and ``mlxlab train-tiny``.
 
 Building the parser and importing this module load no MLX: the studies are imported when a
 command runs (after :func:`mlxlab.cli.main` has re-executed with the fast BLAS), and the few
@@ -21,7 +21,7 @@ QUICK = {"chunk_sizes": [128, 512, 2048], "repeats": 3}
 
 
 def register(sub: argparse._SubParsersAction) -> None:
-    """Add ``bench`` (with ``engine`` / ``scheduling`` / ``speculation``) and ``train-tiny`` to the
+    """Add ``bench`` (with ``engine`` / ``scheduling`` / ``contention`` / ``speculation``) and ``train-tiny`` to the
     ``mlxlab`` command's subcommands."""
     bench = sub.add_parser("bench", help="side-by-side benchmarks against mlx-lm")
     bsub = bench.add_subparsers(dest="what", required=True)
@@ -29,6 +29,9 @@ def register(sub: argparse._SubParsersAction) -> None:
         "engine", help="single-stream and batched throughput vs generate_step / BatchGenerator"))
     _add_bench_scheduling(bsub.add_parser(
         "scheduling", help="the seed-001 stall and its fixes on the engine, beside BatchGenerator"))
+    _add_bench_contention(bsub.add_parser(
+        "contention", help="a chat streaming while a long document prefills: engine settings vs BatchGenerator",
+        formatter_class=argparse.ArgumentDefaultsHelpFormatter))
     sp = bsub.add_parser("speculation", help="speculative decoding with the trained byte-level pair")
     add_speculate_arguments(sp)
     sp.set_defaults(func=cli_speculate)
@@ -54,6 +57,11 @@ def _add_bench_engine(be: argparse.ArgumentParser) -> None:
     be.add_argument("--batch", type=int, default=8)
     be.add_argument("--chunk-size", type=int, default=2048)
     be.add_argument("--repeats", type=int, default=5)
+    be.add_argument("--limit-batches", type=int, nargs="+", default=[1, 8],
+                    help="batch sizes of the decode-limit rows (engine vs the bare loop vs mlx-lm)")
+    be.add_argument("--limit-context", type=int, default=1024, help="prompt tokens per row of the decode-limit rows")
+    be.add_argument("--limit-tokens", type=int, default=128, help="decode tokens per row of the decode-limit rows")
+    be.add_argument("--no-limit", action="store_true", help="skip the decode-limit rows")
     be.add_argument("--platform", default=None, help="results folder name (default: detected)")
     be.add_argument("--name", default="bench_engine", help="results file name")
     be.set_defaults(func=cli_bench_engine)
@@ -63,10 +71,12 @@ def cli_bench_engine(args: argparse.Namespace) -> int:
     # mlx: the studies are imported when their command runs
     from mlxlab.engine.models import load_model
     from mlxlab.studies.bench import bench_engine, verdicts
+    from mlxlab.studies.decode_limit import decode_limit, limit_verdict
 
     out = {"presets": {}}
     params = {k: getattr(args, k) for k in ("models", "bits", "dtype", "prompt_tokens", "decode_tokens", "batch",
-                                            "chunk_size", "repeats")}
+                                            "chunk_size", "repeats", "limit_batches", "limit_context",
+                                            "limit_tokens", "no_limit")}
     for preset in args.models:
         model = load_model(preset, bits=args.bits, dtype=args.dtype)
         print(f"[bench engine] {preset}: {model.num_params / 1e6:.1f}M params, {model.nbytes / 2**20:.1f} MiB, "
@@ -81,13 +91,116 @@ def cli_bench_engine(args: argparse.Namespace) -> int:
                   f"  ratio {r['ratio']:.3f}  paired {r['paired_ratio_median']:.3f}", flush=True)
         print(f"  greedy tokens agree: {res['greedy_tokens_agree']}, "
               f"common prefix (min): {res['greedy_common_prefix_min']}", flush=True)
+        if not args.no_limit:
+            res["decode_limit"] = decode_limit(model, batches=args.limit_batches, context=args.limit_context,
+                                               tokens=args.limit_tokens, repeats=args.repeats)
+            _print_limit(res["decode_limit"])
         # written after every preset, so a run cut short by a time limit keeps what it measured
         vs = verdicts(out["presets"])
+        if not args.no_limit:
+            vs.append(limit_verdict({p: r["decode_limit"] for p, r in out["presets"].items() if "decode_limit" in r}))
         path = save_results(args.name, out, platform=args.platform, verdicts=vs, parameters=params)
     for v in vs:
         print(f"[{v['verdict']}] {v['claim']}: {v['measured']}")
     print(f"wrote {path}")
     return 0
+
+
+# ----------------------------------------------------------------------------- bench contention
+
+
+def _add_bench_contention(bc: argparse.ArgumentParser) -> None:
+    from mlxlab.studies.contention import SETTINGS  # no MLX
+
+    bc.add_argument("--models", nargs="+", default=["small"], help="presets or local model directories")
+    bc.add_argument("--bits", type=int, default=None, help="quantize weights to this many bits (None: as stored)")
+    bc.add_argument("--dtype", default=None, help="float32 / bfloat16 / float16 (None: by device)")
+    bc.add_argument("--doc-tokens", type=int, default=4096, help="the document's prompt length")
+    bc.add_argument("--chat-context", type=int, default=1536, help="the chat's prompt length")
+    bc.add_argument("--repeats", type=int, default=3,
+                    help="runs per setting (at least 2): run 1 is the first run, the rest are warm")
+    bc.add_argument("--settings", nargs="+", default=list(SETTINGS), choices=list(SETTINGS), metavar="LABEL",
+                    help="settings to run, in this order within each repeat (choices: " + ", ".join(SETTINGS) + ")")
+    bc.add_argument("--warmup", default="policy", help="every engine's warm-up mode (Engine(warmup=...))")
+    bc.add_argument("--seed", type=int, default=0, help="seed of the random prompts")
+    bc.add_argument("--platform", default=None, help="results folder name (None: detected)")
+    bc.add_argument("--name", default="contention",
+                    help="results file name; the figure is paper/figures/<name>_<platform>.svg/.png")
+    bc.add_argument("--append", action="store_true",
+                    help="keep the presets already in the results file (each with the provenance of the run that "
+                         "measured it) and add these; verdicts and the figure cover them all")
+    bc.set_defaults(func=cli_bench_contention)
+
+
+def cli_bench_contention(args: argparse.Namespace) -> int:
+    # mlx: the studies are imported when their command runs
+    from mlxlab.core.environment import platform_name
+    from mlxlab.engine.models import load_model
+    from mlxlab.studies.contention import format_table, run_contention
+    from mlxlab.studies.contention_verdict import verdicts
+
+    plat = args.platform or platform_name()
+    params = {k: getattr(args, k) for k in ("models", "bits", "dtype", "doc_tokens", "chat_context", "repeats",
+                                            "settings", "warmup", "seed")}
+    out = {"presets": _earlier_presets(results_dir(plat) / f"{args.name}.json", args.models) if args.append else {}}
+    for preset in args.models:
+        model = load_model(preset, bits=args.bits, dtype=args.dtype)
+        print(f"[bench contention] {preset}: {model.num_params / 1e6:.1f}M params, dtype={model.dtype}, "
+              f"bits={model.bits}; document {args.doc_tokens} tokens, chat context {args.chat_context}, "
+              f"repeats {args.repeats}, warm-up {args.warmup}", flush=True)
+        res = run_contention(model, doc_tokens=args.doc_tokens, chat_context=args.chat_context, repeats=args.repeats,
+                             settings=args.settings, warmup=args.warmup, seed=args.seed)
+        res["model"] = _model_record(preset, model)
+        out["presets"][preset] = res
+        print(format_table(preset, res), flush=True)
+        # written after every preset, so a run cut short by a time limit keeps what it measured
+        vs = verdicts(out["presets"])
+        path = save_results(args.name, out, platform=plat, verdicts=vs, parameters=params)
+        figures = _contention_figure(out["presets"], args.name, plat)
+    for v in vs:
+        print(f"[{v['verdict']}] {v['claim']}: {v['measured']}")
+    print(f"wrote {path}" + "".join(f", {p}" for p in figures))
+    return 0
+
+
+def _earlier_presets(path: Path, models) -> dict:
+    """The presets of an earlier results file (``--append``), less those measured again now, each
+    keeping the provenance of the run that measured it under ``environment``."""
+    if not path.exists():
+        print(f"[bench contention] --append: no {path} yet, starting a new file", flush=True)
+        return {}
+    doc = json.loads(path.read_text())
+    env = doc.get("environment")
+    kept = {k: {**v, "environment": v.get("environment", env)} for k, v in doc.get("payload", doc).get("presets", {}).items()
+            if k not in models}
+    print(f"[bench contention] --append: keeping {sorted(kept)} from {path.name}", flush=True)
+    return kept
+
+
+def _contention_figure(presets: dict, name: str, plat: str) -> list:
+    """The frontier figure as paper/figures/<name>_<platform>.svg/.png; [] (with a line saying
+    why) when it cannot be drawn, so a figure never loses the numbers."""
+    try:
+        from mlxlab.notebook.plots import save_figure  # altair: only for the figure
+        from mlxlab.studies.contention_charts import frontier_chart
+        from mlxlab.studies.sim_charts import FIGURES
+
+        return save_figure(frontier_chart(presets, plat), f"{name}_{plat}", FIGURES)
+    except Exception as e:  # noqa: BLE001 - reported, the results are already written
+        print(f"[bench contention] no figure: {e!r}", flush=True)
+        return []
+
+
+def _print_limit(limit: dict) -> None:
+    for b, r in limit["batches"].items():
+        t = r["tok_s"]
+        print(f"  decode b{b:<3} bare {t['bare']['median']:9.1f}  engine {t['engine']['median']:9.1f}  "
+              f"{r['mlx_lm_side']} {t['mlx_lm']['median']:9.1f} tok/s;  engine/bare "
+              f"{r['engine_over_bare']['median']:.3f} [{r['engine_over_bare']['min']:.3f}, "
+              f"{r['engine_over_bare']['max']:.3f}]  engine/mlx-lm {r['engine_over_mlx_lm']['median']:.3f}", flush=True)
+        for side, p in r["host_profile"].items():
+            parts = "  ".join(f"{k[:-3]} {v:7.1f}" for k, v in p.items() if k.endswith("_us"))
+            print(f"      host us/step {side:6s} {parts}", flush=True)
 
 
 # ----------------------------------------------------------------------------- bench scheduling
