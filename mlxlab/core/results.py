@@ -66,9 +66,14 @@ def environment_block(platform: Optional[str] = None) -> dict:
 
     from mlxlab.core.environment import mlx_env
 
-    return {**device_summary(), "platform": platform or platform_name(), "git_commit": _git_commit(),
-            "git_dirty": _git_dirty(), "mlx_env": mlx_env()[0], "argv": command_line(sys.argv),
-            "written_at": _dt.datetime.now(_dt.timezone.utc).isoformat(timespec="seconds")}
+    block = {**device_summary(), "platform": platform or platform_name(), "git_commit": _git_commit(),
+             "git_dirty": _git_dirty(), "mlx_env": mlx_env()[0], "argv": command_line(sys.argv),
+             "written_at": _dt.datetime.now(_dt.timezone.utc).isoformat(timespec="seconds")}
+    if os.environ.get("MLXLAB_SOURCE_COMMIT"):
+        # a copy of the tree whose .git lags behind (the lent GPU machine's): the commit the copy
+        # was made from, as the caller declares it; git_commit/git_dirty then describe the stale .git
+        block["source_commit"] = os.environ["MLXLAB_SOURCE_COMMIT"]
+    return block
 
 
 def jsonable(x: Any) -> Any:
