@@ -80,8 +80,7 @@ def place_labels(points: Sequence[Tuple[float, float]], texts: Sequence[str], wi
 def _domains(xs: Sequence[float], ys: Sequence[float]) -> Tuple[Tuple[float, float], Tuple[float, float]]:
     x_lo, x_hi = min(min(xs), 1.0) / 1.3, max(max(xs), ITL_X) * 1.4
     y_min, y_max = min(min(ys), 1.0), max(max(ys), TTFT_X)
-    span = max(y_max - y_min, 0.1)
-    return (x_lo, x_hi), (y_min - 0.1 * span, y_max + 0.12 * span)
+    return (x_lo, x_hi), (y_min / 1.15, y_max * 1.25)  # both axes log: ratios near 1 stay apart
 
 
 def _panel(preset: str, res: Mapping) -> alt.LayerChart:
@@ -97,23 +96,24 @@ def _panel(preset: str, res: Mapping) -> alt.LayerChart:
             width=WIDTH, height=HEIGHT, title=preset)
     (x_lo, x_hi), (y_lo, y_hi) = _domains([r["x"] for r in rows], [r["y"] for r in rows])
     lx, ly = math.log(x_lo), math.log(x_hi)
+    by, ty_ = math.log(y_lo), math.log(y_hi)
 
     def px(x):
         return WIDTH * (math.log(x) - lx) / (ly - lx)
 
     def py(y):
-        return HEIGHT * (y_hi - y) / (y_hi - y_lo)
+        return HEIGHT * (ty_ - math.log(y)) / (ty_ - by)
 
     spots = place_labels([(px(r["x"]), py(r["y"])) for r in rows], [r["name"] for r in rows])
     for r, s in zip(rows, spots):
         r["tx"] = math.exp(lx + s["x"] / WIDTH * (ly - lx))
-        r["ty"] = y_hi - s["y"] / HEIGHT * (y_hi - y_lo)
+        r["ty"] = math.exp(ty_ - s["y"] / HEIGHT * (ty_ - by))
         r["align"], r["moved"] = s["align"], s["moved"]
     df = pd.DataFrame(rows)
     xs = alt.Scale(type="log", domain=[x_lo, x_hi], nice=False)
-    ys = alt.Scale(domain=[y_lo, y_hi], nice=False, zero=False)
+    ys = alt.Scale(type="log", domain=[y_lo, y_hi], nice=False)
     x_ax = alt.X("x:Q", scale=xs, title="chat ITL p99 during the prefill / solo (log)")
-    y_ax = alt.Y("y:Q", scale=ys, title="document TTFT / best alone TTFT")
+    y_ax = alt.Y("y:Q", scale=ys, title="document TTFT / best alone TTFT (log)")
     region = pd.DataFrame({"x": [x_lo], "x2": [ITL_X], "y": [y_lo], "y2": [TTFT_X], "what": [TARGET]})
     shade = alt.Chart(region).mark_rect(opacity=0.25).encode(
         x=alt.X("x:Q", scale=xs), x2="x2:Q", y=alt.Y("y:Q", scale=ys), y2="y2:Q",
