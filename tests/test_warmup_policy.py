@@ -36,9 +36,12 @@ def test_policy_warmup_primes_a_learning_policy_with_its_repeated_shapes(tiny):
     assert plain.policy.observes is False and shapes  # nothing to prime
 
 
-def test_unknown_warmup_mode_is_refused(tiny):
+def test_unknown_warmup_mode_and_bad_warmup_tokens_are_refused(tiny):
     with pytest.raises(ValueError, match="policy"):
         Engine(tiny, warmup="everything")
+    for bad in (0, -5, 2.5):
+        with pytest.raises(ValueError, match="warmup_tokens"):
+            Engine(tiny, warmup="policy", warmup_tokens=bad)
 
 
 def test_slo_default_target_is_twice_the_models_decode_only_step():

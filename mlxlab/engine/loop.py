@@ -172,19 +172,23 @@ class Engine(PlanExecutor):
         self._prefill = PrefillWorker(self._prefill_job)  # overlap mode's worker thread
         self._clock = clock
         self.warmup_s: Dict[str, float] = {}
+        if warmup_tokens is not None and (not isinstance(warmup_tokens, int) or warmup_tokens < 1):
+            raise ValueError(f"warmup_tokens must be a positive number of tokens (or None), got {warmup_tokens!r}")
         if warmup != "off":
-            if warmup == "policy":
-                same = dict(policy=copy.deepcopy(policy) if isinstance(policy, Policy) else policy,
-                            overlap=overlap, overlap_sync=overlap_sync, fuse=fuse, key_align=key_align,
-                            **policy_options)
-                made: List[Engine] = []
-                factory = lambda c: made.append(Engine(model, chunk_size=c, **same)) or made[-1]  # noqa: E731
-                tokens = min(warmup_tokens or 2 * chunk_size + 3, self.max_context - 16)
-            else:
-                made, factory, tokens = [], (lambda c: Engine(model, chunk_size=c)), None
-            self.warmup_s = run_warmup(factory, self.vocab_size, warmup, chunk_sizes=(chunk_size,),
+            made: List[Engine] = []  # the warm-up's engines, whose steps may prime the policy
+            same = dict(policy=copy.deepcopy(policy) if isinstance(policy, Policy) else policy, overlap=overlap,
+                        overlap_sync=overlap_sync, fuse=fuse, key_align=key_align, **policy_options)
+
+            def throwaway(c: int) -> Engine:
+                eng = Engine(model, chunk_size=c, **same) if warmup == "policy" else Engine(model, chunk_size=c)
+                made.append(eng)
+                return eng
+
+            tokens = min(warmup_tokens or 2 * chunk_size + 3, self.max_context - 16) if warmup == "policy" else None
+            self.warmup_s = run_warmup(throwaway, self.vocab_size, warmup, chunk_sizes=(chunk_size,),
                                        batch_sizes=(1, 8), prompt_tokens=tokens)
-            self._prime(made)
+            if warmup == "policy":
+                self._prime(made)
         self._t0 = clock()
 
     def _prime(self, engines: List["Engine"]) -> None:
