@@ -5,6 +5,18 @@ from __future__ import annotations
 import argparse
 
 
+def positive_int(text: str) -> int:
+    """An argparse type: a whole number of at least 1 (repeats, tokens, sizes), refused with a
+    one-line message otherwise."""
+    try:
+        v = int(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"must be a whole number, got {text!r}") from None
+    if v < 1:
+        raise argparse.ArgumentTypeError(f"must be at least 1, got {v}")
+    return v
+
+
 def add_model_arguments(parser: argparse.ArgumentParser, default: str = "small") -> argparse.ArgumentParser:
     """``--model``, ``--bits`` and ``--dtype``, as every command and probe script that loads a
     model takes them (:func:`mlxlab.engine.models.load_model`'s arguments)."""

@@ -11,7 +11,7 @@ import argparse
 import json
 from pathlib import Path
 
-from mlxlab.cli.common import add_model_arguments
+from mlxlab.cli.common import add_model_arguments, positive_int
 from mlxlab.core.results import _git_commit, save_results
 from mlxlab.sim.profiles import (
     PROFILE_DEFAULTS,
@@ -31,7 +31,11 @@ def register(sub: argparse._SubParsersAction) -> None:
     """Add ``profile``, ``validate-sim`` and ``seed-scale`` to the ``mlxlab`` command's subcommands."""
     _add_profile(sub.add_parser("profile", help="measure a step-time grid and fit the cost model"))
     _add_validate(sub.add_parser("validate-sim", help="simulator against engine on the same workloads"))
-    ss = sub.add_parser("seed-scale", help="the seed-001 study at its own scale on the simulator")
+    ss = sub.add_parser("seed-scale", help="the seed-001 study at its own scale on the simulator",
+                        description="Run the second case study's experiments on the simulator with the published "
+                                    "35B MoE cost model (data/profiles/seed001-35b-moe.json): the stall, the gate, the "
+                                    "chunk-size trade-off and the prefix cache at the case study's own scale, with "
+                                    "their verdicts.")
     ss.add_argument("--out", default=None, metavar="DIR",
                     help="write seed_scale.json and its figure into DIR (default: data/results/sim-seed001/ "
                          "and paper/figures/)")
@@ -57,7 +61,7 @@ def _add_profile(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--join-contexts", type=int, nargs="+", default=None,
                         help="prompt lengths of the long rows that join a short row's decode "
                              "(default: the longest decode context)")
-    parser.add_argument("--repeats", type=int, default=None, help=f"default {PROFILE_DEFAULTS['repeats']}")
+    parser.add_argument("--repeats", type=positive_int, default=None, help=f"default {PROFILE_DEFAULTS['repeats']}")
     parser.add_argument("--quick", action="store_true", help=f"a small grid: {QUICK_DEFAULTS}")
     parser.add_argument("--seed001", action="store_true",
                         help="write the seed-001 published profile (data/profiles/seed001-m4max-35b.json) and stop")
@@ -96,10 +100,10 @@ def cli_profile(args: argparse.Namespace) -> int:
 def _add_validate(parser: argparse.ArgumentParser) -> None:
     add_model_arguments(parser)
     parser.add_argument("--policies", nargs="+", default=["interleave", "admission_gate", "stall_free"])
-    parser.add_argument("--repeats", type=int, default=3, help="engine runs per configuration (>= 2)")
+    parser.add_argument("--repeats", type=positive_int, default=3, help="engine runs per configuration (>= 2)")
     parser.add_argument("--scale", type=float, default=1.0,
                         help="workload prompt lengths x this (1: 1-2k-token batch prompts; ~8 on a GPU)")
-    parser.add_argument("--chunk-size", type=int, default=256)
+    parser.add_argument("--chunk-size", type=positive_int, default=256)
     parser.add_argument("--profile", default=None, help="a saved profile (path or name) instead of measuring one")
     parser.add_argument("--platform", default=None, help="results folder name (default: detected)")
     parser.add_argument("--name", default="sim_validation", help="results file name")

@@ -11,7 +11,7 @@ import argparse
 import json
 from pathlib import Path
 
-from mlxlab.cli.common import add_model_arguments
+from mlxlab.cli.common import add_model_arguments, positive_int
 from mlxlab.core.environment import mlx_env
 from mlxlab.core.results import results_dir, save_results
 from mlxlab.train.corpus import build_corpus, heldout_prompts, split_path, write_split
@@ -52,15 +52,15 @@ def _add_bench_engine(be: argparse.ArgumentParser) -> None:
     be.add_argument("--models", nargs="+", default=["small"], help="presets or local model directories")
     be.add_argument("--bits", type=int, default=None, help="quantize weights to this many bits")
     be.add_argument("--dtype", default=None, help="float32 / bfloat16 / float16 (default: by device)")
-    be.add_argument("--prompt-tokens", type=int, default=512)
-    be.add_argument("--decode-tokens", type=int, default=128)
-    be.add_argument("--batch", type=int, default=8)
-    be.add_argument("--chunk-size", type=int, default=2048)
-    be.add_argument("--repeats", type=int, default=5)
-    be.add_argument("--limit-batches", type=int, nargs="+", default=[1, 8],
+    be.add_argument("--prompt-tokens", type=positive_int, default=512)
+    be.add_argument("--decode-tokens", type=positive_int, default=128)
+    be.add_argument("--batch", type=positive_int, default=8)
+    be.add_argument("--chunk-size", type=positive_int, default=2048)
+    be.add_argument("--repeats", type=positive_int, default=5)
+    be.add_argument("--limit-batches", type=positive_int, nargs="+", default=[1, 8],
                     help="batch sizes of the decode-limit rows (engine vs the bare loop vs mlx-lm)")
-    be.add_argument("--limit-context", type=int, default=1024, help="prompt tokens per row of the decode-limit rows")
-    be.add_argument("--limit-tokens", type=int, default=128, help="decode tokens per row of the decode-limit rows")
+    be.add_argument("--limit-context", type=positive_int, default=1024, help="prompt tokens per row of the decode-limit rows")
+    be.add_argument("--limit-tokens", type=positive_int, default=128, help="decode tokens per row of the decode-limit rows")
     be.add_argument("--no-limit", action="store_true", help="skip the decode-limit rows")
     be.add_argument("--platform", default=None, help="results folder name (default: detected)")
     be.add_argument("--name", default="bench_engine", help="results file name")
@@ -115,9 +115,9 @@ def _add_bench_contention(bc: argparse.ArgumentParser) -> None:
     bc.add_argument("--models", nargs="+", default=["small"], help="presets or local model directories")
     bc.add_argument("--bits", type=int, default=None, help="quantize weights to this many bits (None: as stored)")
     bc.add_argument("--dtype", default=None, help="float32 / bfloat16 / float16 (None: by device)")
-    bc.add_argument("--doc-tokens", type=int, default=4096, help="the document's prompt length")
-    bc.add_argument("--chat-context", type=int, default=1536, help="the chat's prompt length")
-    bc.add_argument("--repeats", type=int, default=3,
+    bc.add_argument("--doc-tokens", type=positive_int, default=4096, help="the document's prompt length")
+    bc.add_argument("--chat-context", type=positive_int, default=1536, help="the chat's prompt length")
+    bc.add_argument("--repeats", type=positive_int, default=3,
                     help="runs per setting (at least 2): run 1 is the first run, the rest are warm")
     bc.add_argument("--settings", nargs="+", default=list(SETTINGS), choices=list(SETTINGS), metavar="LABEL",
                     help="settings to run, in this order within each repeat (choices: " + ", ".join(SETTINGS) + ")")
@@ -211,7 +211,7 @@ def _add_bench_scheduling(bs: argparse.ArgumentParser) -> None:
     bs.add_argument("--quick", action="store_true",
                     help="half the prompt scale, chunks 128/512/2048, 3 repeats (about 1 minute on a CPU with tiny); "
                          "results go to data/results/<platform>/quick/")
-    bs.add_argument("--repeats", type=int, default=None, help="runs per configuration (default 3)")
+    bs.add_argument("--repeats", type=positive_int, default=None, help="runs per configuration (default 3)")
     bs.add_argument("--scale", type=float, default=None,
                     help="long prompts are 16k-32k tokens times this (default: 1 on a GPU, 1/16 on a CPU, "
                          "less where the model's context is shorter)")
@@ -313,7 +313,7 @@ def add_speculate_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--seed", type=int, default=1, help="prompt selection seed")
     parser.add_argument("--max-tokens", type=int, default=64,
                         help="prompt + max tokens should stay within the 256 bytes the models were trained on")
-    parser.add_argument("--repeats", type=int, default=3)
+    parser.add_argument("--repeats", type=positive_int, default=3)
     parser.add_argument("--no-mlx-lm", action="store_true", help="skip mlx-lm's speculative_generate_step")
     parser.add_argument("--platform", default=None, help="results folder name (default: detected)")
     parser.add_argument("--name", default="speculation", help="results file name")
@@ -360,7 +360,7 @@ def add_train_arguments(parser: argparse.ArgumentParser) -> None:
                         help="presets to train (default: byte-target byte-draft)")
     parser.add_argument("--steps", type=int, default=None, help="default: per-model recipe")
     parser.add_argument("--seq-len", type=int, default=None)
-    parser.add_argument("--batch", type=int, default=None)
+    parser.add_argument("--batch", type=positive_int, default=None)
     parser.add_argument("--lr", type=float, default=None)
     parser.add_argument("--warmup", type=int, default=None)
     parser.add_argument("--seed", type=int, default=None)

@@ -6,6 +6,7 @@ through :func:`validate_request`.
 
 from __future__ import annotations
 
+import numbers
 from dataclasses import dataclass, field
 from typing import Dict, List, Optional
 
@@ -171,9 +172,14 @@ def validate_request(prompt_tokens, max_tokens, vocab_size: int, max_context: in
     empty prompt, a token id outside the vocabulary, ``max_tokens <= 0``, or a request longer
     than the model's context. Shared by every executor so they refuse the same input alike."""
     try:
-        prompt = [int(t) for t in (prompt_tokens.tolist() if hasattr(prompt_tokens, "tolist") else prompt_tokens)]
-    except (TypeError, ValueError):
+        raw = list(prompt_tokens.tolist() if hasattr(prompt_tokens, "tolist") else prompt_tokens)
+    except TypeError:
         raise ValueError("prompt_tokens must be a sequence of integer token ids") from None
+    bad = next(((i, t) for i, t in enumerate(raw) if isinstance(t, bool) or not isinstance(t, numbers.Integral)), None)
+    if bad is not None:
+        raise ValueError(f"token ids must be integers: prompt_tokens[{bad[0]}] is {bad[1]!r} "
+                         f"({type(bad[1]).__name__}); tokenize with this model's tokenizer")
+    prompt = [int(t) for t in raw]
     if not prompt:
         raise ValueError("empty prompt: a request needs at least one prompt token")
     bad = [t for t in prompt if not 0 <= t < vocab_size]

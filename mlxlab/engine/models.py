@@ -69,6 +69,11 @@ class LoadedModel:
     seed: int
     num_params: int
 
+    def __repr__(self) -> str:
+        bits = f"{self.bits}-bit weights" if self.bits else "unquantized"
+        return (f"LoadedModel({self.name!r}: {self.num_params / 1e6:.1f}M params, {str(self.dtype).split('.')[-1]}, "
+                f"{bits}, {self.nbytes / 2**20:.1f} MiB)")
+
     @property
     def nbytes(self) -> int:
         """Bytes actually held by all arrays of the module (packed weights,

@@ -164,6 +164,9 @@ class PrefixCache:
                  disk_dir=None, disk_max_bytes: Optional[int] = None, checksum: str = "crc32"):
         if checksum not in ("crc32", "sha256"):
             raise ValueError(f"checksum must be 'crc32' or 'sha256', got {checksum!r}")
+        for name, v in (("max_tokens", max_tokens), ("max_bytes", max_bytes), ("disk_max_bytes", disk_max_bytes)):
+            if v is not None and (isinstance(v, bool) or not isinstance(v, int) or v < 0):
+                raise ValueError(f"{name} must be a non-negative whole number (or None: no limit), got {v!r}")
         self.max_tokens, self.max_bytes = max_tokens, max_bytes
         self.disk_max_bytes, self.checksum = disk_max_bytes, checksum
         self.disk_dir = Path(disk_dir) if disk_dir is not None else None
