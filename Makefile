@@ -9,7 +9,7 @@ RUN := $(if $(OPENBLAS),LD_PRELOAD=$(OPENBLAS) ,)
 
 NOTEBOOKS := $(patsubst notebooks/src/%.py,notebooks/%.ipynb,$(wildcard notebooks/src/[0-9][0-9]_*.py))
 
-.PHONY: setup test reproduce bench notebooks
+.PHONY: setup test reproduce bench notebooks lab
 
 $(BIN)/mlxlab: pyproject.toml
 	$(PY) -m venv $(VENV)
@@ -17,7 +17,16 @@ $(BIN)/mlxlab: pyproject.toml
 	$(BIN)/pip install -q -e ".[test]"
 	touch $@
 
-setup: $(BIN)/mlxlab
+# the 'mlxlab' Jupyter kernel: this environment's Python with OpenBLAS preloaded (mlxlab/notebook/kernel.py)
+KERNEL := $(VENV)/share/jupyter/kernels/mlxlab/kernel.json
+$(KERNEL): $(BIN)/mlxlab
+	$(BIN)/python -m mlxlab.notebook.kernel
+
+setup: $(BIN)/mlxlab $(KERNEL)
+
+# JupyterLab on the notebooks, with the 'mlxlab' kernel they name
+lab: setup
+	$(BIN)/jupyter lab notebooks/
 
 test: setup
 	$(RUN)$(BIN)/python -m pytest -q $(PYTEST_ARGS)
@@ -33,4 +42,4 @@ bench: setup
 notebooks: $(NOTEBOOKS)
 
 notebooks/%.ipynb: notebooks/src/%.py | setup
-	$(BIN)/jupytext --quiet --update --set-kernel python3 --to ipynb --output $@ $<
+	$(BIN)/jupytext --quiet --update --set-kernel mlxlab --to ipynb --output $@ $<

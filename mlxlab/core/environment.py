@@ -82,6 +82,19 @@ def blas_in_use() -> str:
     return "openblas" if "/libopenblas" in maps else "bundled"
 
 
+def slow_blas_warning() -> Optional[str]:
+    """The warning to give when mlx will run float32 matrix products on its bundled reference BLAS
+    although a system OpenBLAS is installed but not loaded (about 12x slower prefill on ``small``
+    here), saying the one command that fixes it; None otherwise (macOS, OpenBLAS already loaded,
+    none installed)."""
+    lib = find_openblas()
+    if not sys.platform.startswith("linux") or lib is None or blas_in_use() != "bundled":
+        return None
+    return (f"mlx is using its bundled reference BLAS, and CPU runs will be many times slower: start Python with "
+            f"LD_PRELOAD={lib} (e.g. `LD_PRELOAD={lib} python script.py`), or use the mlxlab command, `make lab` or "
+            f"the 'mlxlab' Jupyter kernel, which preload it")
+
+
 def reexec_with_fast_blas() -> None:
     """Restart this process with OpenBLAS preloaded if that would change anything (Linux CPU
     only; a no-op when already loaded, unavailable, or ``MLXLAB_NO_REEXEC`` is set)."""

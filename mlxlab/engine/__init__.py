@@ -10,6 +10,13 @@
 * ``baseline``: mlx-lm's own ``BatchGenerator`` behind the same executor interface.
 """
 
+import warnings
+
+from mlxlab.core.environment import slow_blas_warning
 from mlxlab.engine.loop import Engine
 
 __all__ = ["Engine"]
+
+# the engine is where mlx first runs: warn once if it would run on the slow reference BLAS
+if (_why := slow_blas_warning()) is not None:
+    warnings.warn(_why, RuntimeWarning, stacklevel=2)

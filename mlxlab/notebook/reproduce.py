@@ -85,6 +85,10 @@ def reproduce(*, quick: bool = True, only: Optional[Sequence[str]] = None, platf
     and cell on the first failure."""
     import papermill as pm  # heavy (nbclient, jupyter): only a run needs it, not `mlxlab --help`
 
+    from mlxlab.notebook.kernel import ensure_kernel
+
+    kernel_name = kernel_name or ensure_kernel()  # the notebooks' kernel: fast BLAS preloaded
+
     out_dir = Path(out_dir) if out_dir else BUILD
     out_dir.mkdir(parents=True, exist_ok=True)
     nbs = list_notebooks(only, notebooks_dir)
