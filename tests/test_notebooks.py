@@ -76,3 +76,15 @@ def test_verdict_table_refuses_unknown_verdicts_and_claims():
         nbmod.verdict_table([{"claim": "s000-step-decode", "measured": 1, "verdict": "sort of", "rule": "r", "fairness": "f"}])
     with pytest.raises(KeyError, match="no claim"):
         nbmod.verdict_table([{"claim": "made-up", "measured": 1, "verdict": "reproduced", "rule": "r", "fairness": "f"}])
+
+
+@pytest.mark.parametrize("path", ALL, ids=lambda p: p.stem)
+def test_papermill_parses_every_parameter_line(path, caplog):
+    """papermill reads each parameter's comment as its help; a comment holding "=" made it log
+    "Unable to parse line ..." for five notebooks on every run."""
+    import logging
+
+    import papermill as pm
+    with caplog.at_level(logging.WARNING, logger="papermill"):
+        params = pm.inspect_notebook(str(path))
+    assert "quick" in params and not [r for r in caplog.records if "Unable to parse" in r.getMessage()]

@@ -10,12 +10,12 @@
 
 # %% tags=["parameters"]
 quick = True            # small sizes, few repeats (CI and `mlxlab reproduce --quick`)
-platform = None         # results folder name; None = detected (cpu, h200, ...)
+platform = None         # results folder name; None: detected (cpu, h200, ...)
 model_name = "tiny"     # preset or local model directory
 bits = None             # quantize weights (e.g. 4) for GPU runs
 repeats = 5
 results_dir = None      # None: data/results/PLATFORM (quick runs: .../quick)
-figures_dir = None      # None = paper/figures (full) or build/figures (quick)
+figures_dir = None      # None: paper/figures (full) or build/figures (quick)
 
 # %%
 import json

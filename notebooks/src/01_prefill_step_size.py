@@ -16,7 +16,7 @@
 # %% tags=["parameters"]
 quick = True
 platform = None
-model_name = "tiny"          # small on a CPU; a seed preset with bits=4 on a GPU
+model_name = "tiny"          # small on a CPU; a seed preset with 4-bit weights on a GPU
 bits = None
 prompt_lengths = [128, 480, 1024, 2048, 4096]
 step_sizes = [256, 512, 1024, 2048]

@@ -15,7 +15,7 @@
 # %% tags=["parameters"]
 quick = True
 platform = None
-models = ["tiny"]                 # seed presets with bits=4 on a GPU
+models = ["tiny"]                 # seed presets with 4-bit weights on a GPU
 bits = None
 prompt_tokens = 480
 chunks = [512, 2048]

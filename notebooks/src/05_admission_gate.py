@@ -22,7 +22,7 @@
 # %% tags=["parameters"]
 quick = True
 platform = None
-model_name = None              # None: tiny (quick) or small (full) on a CPU; qwen2.5-coder-1.5b, bits=4 on a GPU
+model_name = None              # None: tiny (quick) or small (full) on a CPU; qwen2.5-coder-1.5b with 4-bit weights on a GPU
 bits = None
 executor = "engine"            # or "sim" (needs a profile: mlxlab profile --model ...)
 profile_name = None

@@ -18,7 +18,7 @@
 # %% tags=["parameters"]
 quick = True
 platform = None
-model_name = "tiny"                 # small on a CPU; a seed preset with bits=4 on a GPU
+model_name = "tiny"                 # small on a CPU; a seed preset with 4-bit weights on a GPU
 bits = None
 prefix_lengths = None               # None: 1024, 2048, 4096 and the longest the context allows
 turn_tokens = 64                    # new tokens of the timed chat turn
