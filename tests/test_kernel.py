@@ -18,7 +18,10 @@ def test_the_spec_preloads_openblas(tmp_path):
     folder = install_kernel(prefix=str(tmp_path))
     spec = json.loads((tmp_path / "share" / "jupyter" / "kernels" / KERNEL_NAME / "kernel.json").read_text())
     assert str(tmp_path) in folder and spec["env"] == kernel_env() == {"LD_PRELOAD": find_openblas()}
-    assert spec["argv"][0] == sys.executable
+    assert spec["argv"][0] == sys.executable and spec["argv"][-1] == "--IPKernelApp.log_level=ERROR"
+    install_kernel(prefix=str(tmp_path))  # installing again keeps one copy of the option
+    again = json.loads((tmp_path / "share" / "jupyter" / "kernels" / KERNEL_NAME / "kernel.json").read_text())
+    assert again["argv"].count("--IPKernelApp.log_level=ERROR") == 1
 
 
 @linux_openblas

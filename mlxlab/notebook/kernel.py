@@ -15,13 +15,16 @@ Usage::
 
 from __future__ import annotations
 
+import json
 import sys
+from pathlib import Path
 from typing import Dict, Optional
 
 from mlxlab.core.environment import find_openblas
 
 KERNEL_NAME = "mlxlab"
 DISPLAY_NAME = "mlxlab (Python, fast CPU BLAS)"
+QUIET = "--IPKernelApp.log_level=ERROR"
 
 
 def kernel_env() -> Dict[str, str]:
@@ -35,8 +38,17 @@ def install_kernel(prefix: Optional[str] = None) -> str:
     i.e. the virtual environment); returns the spec's folder."""
     from ipykernel.kernelspec import install  # Jupyter plumbing: only when installing
 
-    return install(kernel_name=KERNEL_NAME, display_name=DISPLAY_NAME, prefix=prefix or sys.prefix,
-                   env=kernel_env() or None)
+    folder = install(kernel_name=KERNEL_NAME, display_name=DISPLAY_NAME, prefix=prefix or sys.prefix,
+                     env=kernel_env() or None)
+    # the kernel application's own log at ERROR: its warning that a local kernel talks over TCP
+    # unencrypted went to stderr once per notebook, inside `mlxlab reproduce`'s progress bar
+    # (cells' own warnings still reach their outputs)
+    spec_file = Path(folder) / "kernel.json"
+    spec = json.loads(spec_file.read_text())
+    if QUIET not in spec["argv"]:
+        spec["argv"].append(QUIET)
+        spec_file.write_text(json.dumps(spec, indent=1))
+    return folder
 
 
 def ensure_kernel() -> str:
