@@ -88,3 +88,9 @@ def test_papermill_parses_every_parameter_line(path, caplog):
     with caplog.at_level(logging.WARNING, logger="papermill"):
         params = pm.inspect_notebook(str(path))
     assert "quick" in params and not [r for r in caplog.records if "Unable to parse" in r.getMessage()]
+
+
+def test_verdict_table_shows_measured_figures_rounded_in_a_few_words():
+    table = nbmod.verdict_table([{"claim": "s000-step-decode", "measured": {"gap_s": 30.79564777756353, "by": {"a": 1.23456}},
+                                  "verdict": "reproduced", "rule": "r", "fairness": "f"}])
+    assert table.loc[0, "measured"] == "gap_s 30.8; by {a 1.23}"

@@ -165,3 +165,29 @@ def check_verdicts(records: Iterable[Mapping[str, Any]], experiment: Optional[st
     if dup:
         raise ValueError(f"claims decided twice in one results file: {dup}")
     return out
+
+
+def measured_text(measured: Any, limit: int = 4) -> str:
+    """A verdict's ``measured`` in a few words: ``gain_pct 2.1; ratio_x 1.08`` (numbers to three
+    significant digits, the first ``limit`` keys, ``null`` as n/a)."""
+    def one(v) -> str:
+        if v is None:
+            return "n/a"
+        if isinstance(v, bool):
+            return "yes" if v else "no"
+        if isinstance(v, float):
+            return f"{v:.3g}" if abs(v) < 1e3 else f"{v:,.0f}"
+        if isinstance(v, int):
+            return f"{v:,}"
+        if isinstance(v, (list, tuple)):
+            return "[" + ", ".join(one(x) for x in v[:4]) + (", ..." if len(v) > 4 else "") + "]"
+        if isinstance(v, dict):
+            return "{" + ", ".join(f"{k} {one(x)}" for k, x in list(v.items())[:3]) + "}"
+        return str(v) if str(v) else "none"
+
+    if isinstance(measured, dict):
+        items: List[str] = [f"{k} {one(v)}" for k, v in list(measured.items())[:limit]]
+        if len(measured) > limit:
+            items.append(f"+{len(measured) - limit} more")
+        return "; ".join(items) if items else "n/a"
+    return one(measured)

@@ -19,7 +19,7 @@ from mlxlab.core.paths import ROOT
 from mlxlab.notebook.plots import save_figure
 from mlxlab.notebook.widgets import offline
 
-from mlxlab.core.claims import VERDICTS, check_verdicts  # noqa: F401  (VERDICTS: the notebooks' vocabulary)
+from mlxlab.core.claims import VERDICTS, check_verdicts, measured_text  # noqa: F401  (VERDICTS: the notebooks' vocabulary)
 
 
 @dataclass
@@ -62,4 +62,8 @@ def verdict_table(records: List[dict]) -> pd.DataFrame:
     published, measured here, verdict, rule and fairness note. Raises ValueError on a record
     :func:`~mlxlab.core.claims.check_verdicts` rejects."""
     rows = check_verdicts(records)
-    return pd.DataFrame(rows, columns=["claim", "text", "published", "measured", "verdict", "rule", "fairness"])
+    table = pd.DataFrame(rows, columns=["claim", "text", "published", "measured", "verdict", "rule", "fairness"])
+    # numbers to three significant digits and nested records in a few words, not raw floats and reprs
+    for col in ("published", "measured"):
+        table[col] = [measured_text(v, limit=8) for v in table[col]]
+    return table

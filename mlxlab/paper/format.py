@@ -12,6 +12,7 @@ from __future__ import annotations
 import statistics
 from typing import Any, Callable, Dict, Iterable, List, Tuple
 
+from mlxlab.core.claims import measured_text  # noqa: F401 - the scorecard and the template use it from here
 from mlxlab.paper.context import Node, Null, PaperDataError
 
 #: unit -> (scale applied to the stored value, text after the number, default decimals)
@@ -100,29 +101,3 @@ def filters() -> Dict[str, Callable]:
     out.update(span=span, median=median, nums=lambda vs: [number(v) for v in vs],
                measured=lambda m, limit=4: measured_text(m.raw if isinstance(m, Node) else m, limit))
     return out
-
-
-def measured_text(measured: Any, limit: int = 4) -> str:
-    """A verdict's ``measured`` in a few words: ``gain_pct 2.1; ratio_x 1.08`` (numbers to three
-    significant digits, the first ``limit`` keys, ``null`` as n/a)."""
-    def one(v) -> str:
-        if v is None:
-            return "n/a"
-        if isinstance(v, bool):
-            return "yes" if v else "no"
-        if isinstance(v, float):
-            return f"{v:.3g}" if abs(v) < 1e3 else f"{v:,.0f}"
-        if isinstance(v, int):
-            return f"{v:,}"
-        if isinstance(v, (list, tuple)):
-            return "[" + ", ".join(one(x) for x in v[:4]) + (", ..." if len(v) > 4 else "") + "]"
-        if isinstance(v, dict):
-            return "{" + ", ".join(f"{k} {one(x)}" for k, x in list(v.items())[:3]) + "}"
-        return str(v) if str(v) else "none"
-
-    if isinstance(measured, dict):
-        items: List[str] = [f"{k} {one(v)}" for k, v in list(measured.items())[:limit]]
-        if len(measured) > limit:
-            items.append(f"+{len(measured) - limit} more")
-        return "; ".join(items) if items else "n/a"
-    return one(measured)

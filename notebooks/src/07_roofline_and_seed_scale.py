@@ -267,3 +267,11 @@ for f in sorted(h200.glob("sim_validation*.json")):
         continue
     modes[f.stem] = sim_scoring.decode_periods(d, "chat+batch/interleave", 2, max_context=6000, profile_cell="decode b2 c32")
 sim_charts.decode_periods_chart(modes, title="two-row decodes on the H200: engine runs and profile shares") if modes else "no H200 validation on file"
+
+# %% [markdown]
+# ## Verdicts
+# Every verdict this notebook stored: the roofline's (in `roofline.json`) and the case study's at its
+# own scale (in `seed_scale.json`).
+
+# %%
+nb.verdict_table(verdicts + study["verdicts"])
