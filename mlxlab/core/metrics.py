@@ -44,7 +44,29 @@ def request_row(req) -> dict:
     }
 
 
-def summarize(requests: Iterable, by_tenant: bool = True) -> Dict[str, dict]:
+def summarize(requests: Iterable, by_tenant: bool = True):
+    """The latency table of ``requests``: a pandas DataFrame with one row per tenant (and
+    ``"all"``) and flat columns ``requests``, ``ttft_p50_s``/``p90``/``p99``, ``itl_*`` (pooled over
+    every gap of every request), ``tpot_*``, ``e2e_*``, ``itl_max_s``, ``decode_tok_s`` (the stream
+    rate a tenant sees: 1 / mean ITL) and ``prefill_tok_s`` (prompt tokens / TTFT summed); e.g.
+    ``summarize(reqs).loc["chat", "ttft_p99_s"]``. :func:`tenant_summaries` has the same figures
+    as nested dicts."""
+    import pandas as pd  # tables are optional plumbing: the nested form needs no pandas
+
+    rows = {}
+    for tenant, s in tenant_summaries(requests, by_tenant).items():
+        row = {"requests": s["requests"]}
+        for metric in ("ttft", "itl", "tpot", "e2e"):
+            for p in PERCENTILES:
+                row[f"{metric}_p{p}_s"] = s[f"{metric}_s"][f"p{p}"]
+        row.update(itl_max_s=s["itl_s"]["max"], decode_tok_s=s["decode_tok_s"], prefill_tok_s=s["prefill_tok_s"])
+        rows[tenant] = row
+    table = pd.DataFrame.from_dict(rows, orient="index")
+    table.index.name = "tenant"
+    return table
+
+
+def tenant_summaries(requests: Iterable, by_tenant: bool = True) -> Dict[str, dict]:
     """Percentiles of TTFT, ITL (pooled over every gap of every request), TPOT and e2e, per
     tenant (and ``"all"``). Each value is a :func:`percentiles` dict; ``decode_tok_s`` is the
     stream rate a tenant sees (1 / mean ITL) and ``prefill_tok_s`` prompt tokens / TTFT summed."""

@@ -35,7 +35,7 @@ class RunResult:
       ``index`` (session/worker and turn/question number), ``scheduled_s`` (arrival time from run
       start) and ``finish_s``; times other than ``scheduled_s`` are on the executor's clock.
     * ``timeline``: one row per executed step (:func:`mlxlab.core.metrics.timeline_table`).
-    * ``summary``: per tenant (and ``"all"``), :func:`mlxlab.core.metrics.summarize` plus
+    * ``summary``: per tenant (and ``"all"``), :func:`mlxlab.core.metrics.tenant_summaries` plus
       ``itl_max_s``, ``prompt_tokens``, ``output_tokens`` and ``prefill_tok_s_run``: the
       tenant's prompt tokens / seconds during which at least one of its prompts was waiting for
       its first token (the union of its [arrival, first token] intervals), i.e. the prompt
@@ -83,7 +83,7 @@ class RunResult:
 
 
 def _tenant_summary(reqs) -> Dict[str, dict]:
-    out = metrics.summarize(reqs)
+    out = metrics.tenant_summaries(reqs)
     groups: Dict[str, list] = {"all": list(reqs)}
     for r in reqs:
         groups.setdefault(r.tenant, []).append(r)
