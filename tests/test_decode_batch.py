@@ -115,3 +115,21 @@ def test_host_profile_parts_add_up_to_the_step(tiny):
         p = prof[side]
         parts = sum(v for k, v in p.items() if k.endswith("_us") and k not in ("step_us", "other_us"))
         assert abs(parts + p["other_us"] - p["step_us"]) < 1e-6
+
+
+def test_packed_steps_on_an_even_batch_equal_generate_step(tiny):
+    """stall_free packs a chunk into the decode forward: with the decode rows in one plain cache
+    (rows of one length, no mask) the tokens still equal generate_step's."""
+    rng = random.Random(6)
+    even = prompts_for(rng, tiny.vocab_size, [26, 26, 26])
+    long = prompts_for(rng, tiny.vocab_size, [150])[0]
+    eng = Engine(tiny, policy="stall_free", token_budget=40, chunk_size=64)
+    reqs = [eng.submit(p, 10) for p in even]
+    while not eng._decoding:
+        eng.step()
+    assert eng._batch.even
+    late = eng.submit(long, 4)
+    eng.run()
+    assert any(s.fused for s in eng.steps)
+    for r, p, n in [(r, p, 10) for r, p in zip(reqs, even)] + [(late, long, 4)]:
+        assert_matches(r.output_tokens, reference(tiny, p, n))
