@@ -99,12 +99,18 @@ def token_timeline(token_times: pd.DataFrame, *, title: str = "Token timeline", 
 
 def ratio_bars(df: pd.DataFrame, category: str, ratio: str, *, color: Optional[str] = None,
                title: str = "", reference: float = 1.0) -> alt.Chart:
-    """Horizontal bars of a ratio (mlxlab / mlx-lm) with a rule at ``reference``."""
-    enc = {"y": alt.Y(f"{category}:N", title=None), "x": alt.X(f"{ratio}:Q", title="ratio mlxlab / mlx-lm"),
+    """Horizontal bars of a ratio (mlxlab / mlx-lm) with a labelled rule at ``reference`` (equal
+    to mlx-lm); ``color`` names the column whose values the legend shows, as given (pass readable
+    values, not field names)."""
+    enc = {"y": alt.Y(f"{category}:N", title=None),
+           "x": alt.X(f"{ratio}:Q", title="ratio mlxlab / mlx-lm", axis=alt.Axis(tickCount=6)),
            "tooltip": list(df.columns)}
     if color:
-        enc["color"] = alt.Color(f"{color}:N")
+        enc["color"] = alt.Color(f"{color}:N", title=None, legend=alt.Legend(orient="bottom", labelLimit=0))
         enc["yOffset"] = alt.YOffset(f"{color}:N")
     bars = alt.Chart(df, title=title).mark_bar().encode(**enc)
-    rule = alt.Chart(pd.DataFrame({"x": [reference]})).mark_rule(color="#c0392b").encode(x="x:Q")
-    return bars + rule
+    ref = alt.Chart(pd.DataFrame({"x": [reference], "label": [f"{reference:g} = as fast as mlx-lm"]}))
+    rule = ref.mark_rule(color="#c0392b").encode(x="x:Q")
+    text = ref.mark_text(color="#c0392b", align="left", dx=4, dy=-6, baseline="bottom").encode(
+        x="x:Q", y=alt.value(0), text="label:N")
+    return bars + rule + text

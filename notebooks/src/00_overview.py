@@ -83,17 +83,19 @@ live
 # verdicts); this collects them.
 
 # %%
+METRIC_NAMES = {"single_prefill_tok_s": "prefill, one stream", "single_decode_tok_s": "decode, one stream",
+                "batched_decode_tok_s": "decode, eight streams"}
 rows = []
 for f in sorted((data_dir() / "results").glob("*/bench_engine.json")):
     d = json.loads(f.read_text())
     for preset, r in d["presets"].items():
         for k in ("single_prefill_tok_s", "single_decode_tok_s", "batched_decode_tok_s"):
-            rows.append({"platform": f.parent.name, "model": f"{f.parent.name}: {preset}", "metric": k,
+            rows.append({"platform": f.parent.name, "model": f"{f.parent.name}: {preset}", "metric": METRIC_NAMES[k],
                          "ratio": r[k]["ratio"], "mlxlab": r[k]["mlxlab"]["median"], "mlx_lm": r[k]["mlx_lm"]["median"]})
 committed = pd.DataFrame(rows)
 if len(committed):
     chart = plots.ratio_bars(committed, "model", "ratio", color="metric",
-                             title="Engine throughput relative to mlx-lm (same model object, same run)")
+                             title="Engine throughput relative to mlx-lm, committed results of every platform (same model object, same run)")
     S.figure(chart, "bench_engine_ratios")
     display(chart)
 committed
