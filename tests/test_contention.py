@@ -176,13 +176,16 @@ def test_settings_resolve_by_label_or_mapping_and_unknown_labels_are_refused():
         ct.resolve_settings([])
     labels = {"mlx_lm-2048", "interleave-512", "interleave-2048", "stall_free-256", "stall_free-512",
               "stall_free-1024", "overlap-256", "overlap-512", "overlap-2048", "overlap-512-pipelined",
-              "overlap-2048-pipelined", "slo", "admission_gate"}
+              "overlap-2048-pipelined", "overlap-2048-jobs4", "overlap-2048-pace1.6", "overlap-2048-pipelined-pace1.6",
+              "overlap-2048-pipelined-jobs4-pace1.6", "overlap-2048-pipelined-jobs4-pace2.2", "slo", "slo-overlap",
+              "admission_gate"}
     assert set(ct.SETTINGS) == labels
     assert ct.SETTINGS["overlap-512-pipelined"]["overlap_sync"] == "pipelined"
     assert ct.learns(ct.SETTINGS["slo"]) and not ct.learns(ct.SETTINGS["stall_free-512"])
     assert not ct.learns(ct.SETTINGS["mlx_lm-2048"])
     assert ct.SETTINGS["stall_free-256"]["policy_options"] == {"token_budget": 256}
     assert ct.SETTINGS["overlap-2048"]["overlap"] and ct.SETTINGS["slo"]["policy_options"] == {}
+    assert ct.SETTINGS["overlap-2048-pace1.6"]["overlap_pace_x"] == 1.6 and ct.SETTINGS["overlap-2048"]["overlap_pace_x"] is None
 
 
 # ---------------------------------------------------------------------------------- the figure

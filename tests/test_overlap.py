@@ -221,6 +221,56 @@ def test_overlap_bad_input_is_refused_at_submit_while_the_worker_runs(tiny, bad,
     assert long.done and len(long.output_tokens) == 2
 
 
+def test_paced_overlap_greedy_tokens_equal_generate_step(tiny):
+    """Pacing only delays decode steps: the tokens are generate_step's."""
+    prompts = sync_prompts(tiny.vocab_size, 16)
+    eng, reqs = staggered_run(tiny, prompts, "interleave", 16, overlap_pace_x=3.0)
+    for r, p in zip(reqs, prompts):
+        assert_matches(r.output_tokens, reference(tiny, p))
+    assert_chunks_tile_prompts(eng)
+
+
+@pytest.mark.parametrize("jobs", [2, 5])
+def test_several_chunks_a_hand_over_equal_generate_step(tiny, jobs):
+    """A hand-over holding several chunks of one prompt runs them in order: generate_step's tokens,
+    the chunks still tiling each prompt, and fewer prefill jobs than chunks."""
+    prompts = chunking_prompts(tiny.vocab_size, 16)
+    eng, reqs = staggered_run(tiny, prompts, "interleave", 16, overlap_job_chunks=jobs)
+    for r, p in zip(reqs, prompts):
+        assert_matches(r.output_tokens, reference(tiny, p))
+    assert_chunks_tile_prompts(eng)
+    jobs_run = [s for s in eng.steps if s.thread == "prefill"]
+    assert max(len(s.prefill) for s in jobs_run) > 1
+    assert all(len(s.prefill) <= jobs * len({c[0] for c in s.prefill}) for s in jobs_run)
+
+
+@pytest.mark.parametrize("n", [0, -2, 1.5, True])
+def test_bad_job_chunks_are_refused(tiny, n):
+    with pytest.raises(ValueError, match="overlap_job_chunks"):
+        Engine(tiny, overlap=True, overlap_job_chunks=n)
+
+
+def test_pacer_waits_only_while_the_prefill_thread_is_busy():
+    from mlxlab.engine.overlap import DecodePacer
+
+    pacer = DecodePacer(2.0)
+    assert pacer.delay_s(0.0, busy=True) == 0.0  # nothing measured yet
+    for t in (0.0, 0.01, 0.02, 0.03):  # decode-only gaps of 10 ms
+        pacer.started(t, busy=False)
+    assert pacer.delay_s(0.031, busy=False) == 0.0
+    assert pacer.delay_s(0.031, busy=True) == pytest.approx(0.019)  # 0.03 + 2 x 10 ms
+    pacer.started(0.05, busy=True)
+    pacer.started(0.07, busy=True)  # gaps beside a prefill are not the reference
+    assert pacer.delay_s(0.07, busy=True) == pytest.approx(0.02)
+    assert DecodePacer(None).delay_s(1.0, busy=True) == 0.0
+
+
+@pytest.mark.parametrize("x", [0.5, -1, "2", True, float("nan")])
+def test_bad_pace_is_refused(tiny, x):
+    with pytest.raises(ValueError, match="overlap_pace_x"):
+        Engine(tiny, overlap=True, overlap_pace_x=x)
+
+
 @pytest.mark.parametrize("kw, match", [(dict(overlap="yes"), "overlap"), (dict(overlap=1), "overlap"),
                                        (dict(overlap=True, overlap_sync="layers"), "overlap_sync")])
 def test_bad_overlap_options_are_refused(tiny, kw, match):

@@ -44,7 +44,7 @@ from mlxlab.engine.batch import (
     trim,
 )
 from mlxlab.engine.fused import can_fuse, packed_forward
-from mlxlab.engine.overlap import OVERLAP_SYNCS, PrefillWorker
+from mlxlab.engine.overlap import OVERLAP_SYNCS, DecodePacer, PrefillWorker
 from mlxlab.engine.warmup import warmup as run_warmup
 from mlxlab.policies import make_policy, next_plan, with_key_align
 from mlxlab.policies.base import Policy
@@ -100,6 +100,13 @@ class Engine(PlanExecutor):
             layer, waiting for each; "pipelined" layer by layer with one layer queued ahead (no
             idle gap between layers on a GPU, about two layers in flight); "chunk" all at once.
             See "mlx back-pressure" in :mod:`mlxlab.engine.overlap`.
+        overlap_pace_x: in overlap mode, while a prefill job runs, start decode steps no sooner
+            than this multiple of the decode-only gap the engine measured
+            (:class:`mlxlab.engine.overlap.DecodePacer`): the chat's latency budget spent on the
+            document's prefill. None (default): decode as fast as it can.
+        overlap_job_chunks: in overlap mode, how many chunks of a prompt one hand-over to the
+            prefill thread holds: the plan's chunk and up to this many less one more of
+            ``chunk_size`` (1, the default: the policy plans every chunk).
         prefix_cache: a :class:`mlxlab.engine.prefix_cache.PrefixCache`: each submitted prompt starts
             from the KV of its longest cached prefix (only the rest is prefilled), and each
             finished request's prompt + output go into the cache (a chat's next turn hits).
@@ -144,7 +151,8 @@ class Engine(PlanExecutor):
                  warmup: str = "off", kv_budget_bytes: Optional[int] = None,
                  cache_limit_bytes: Optional[int] = None, memory_limit_bytes: Optional[int] = None,
                  fuse: Optional[bool] = None, key_align: int = KEY_ALIGN,
-                 warmup_tokens: Optional[int] = None, **policy_options):
+                 warmup_tokens: Optional[int] = None, overlap_pace_x: Optional[float] = None,
+                 overlap_job_chunks: int = 1, **policy_options):
         vocab_size, max_context = model_limits(model)
         super().__init__(chunk_size=chunk_size, key_align=key_align, stop_tokens=stop_tokens,
                          vocab_size=vocab_size, max_context=max_context)
@@ -170,6 +178,10 @@ class Engine(PlanExecutor):
         self._solo: List[SequenceState] = []  # decoding with a quantized KV cache, each in its own forward
         self._batch = DecodeBatch()
         self._prefill = PrefillWorker(self._prefill_job)  # overlap mode's worker thread
+        self._pacer = DecodePacer(overlap_pace_x)
+        if isinstance(overlap_job_chunks, bool) or not isinstance(overlap_job_chunks, int) or overlap_job_chunks < 1:
+            raise ValueError(f"overlap_job_chunks must be a positive integer, got {overlap_job_chunks!r}")
+        self.overlap_job_chunks = overlap_job_chunks
         self._clock = clock
         self.warmup_s: Dict[str, float] = {}
         if warmup_tokens is not None and (not isinstance(warmup_tokens, int) or warmup_tokens < 1):
@@ -177,7 +189,8 @@ class Engine(PlanExecutor):
         if warmup != "off":
             made: List[Engine] = []  # the warm-up's engines, whose steps may prime the policy
             same = dict(policy=copy.deepcopy(policy) if isinstance(policy, Policy) else policy, overlap=overlap,
-                        overlap_sync=overlap_sync, fuse=fuse, key_align=key_align, **policy_options)
+                        overlap_sync=overlap_sync, fuse=fuse, key_align=key_align, overlap_pace_x=overlap_pace_x,
+                        overlap_job_chunks=overlap_job_chunks, **policy_options)
 
             def throwaway(c: int) -> Engine:
                 eng = Engine(model, chunk_size=c, **same) if warmup == "policy" else Engine(model, chunk_size=c)
@@ -432,9 +445,14 @@ class Engine(PlanExecutor):
             handed = None
             if plan.prefill and not self._prefill.busy:  # a busy worker skips this step's chunks
                 handed = self._new_record("prefill", self.now(), thread="prefill")
-                self._prefill.hand_over(handed, [(self._seqs[i], n) for i, n in plan.prefill])
+                self._prefill.hand_over(handed, self._job_chunks(plan.prefill))
             rec = None
             if plan.decode:
+                pause = self._pacer.delay_s(self.now(), self._prefill.busy)
+                if pause > 0:  # hand out the last tokens, then give the prefill thread the time
+                    self._flush()
+                    time.sleep(pause)
+                self._pacer.started(self.now(), self._prefill.busy)
                 rec = self._new_record("decode", self.now())
                 self._decode(rec, defer=True)  # its tokens are read during the next step
                 if not rec.decode_seqs:
@@ -447,6 +465,22 @@ class Engine(PlanExecutor):
             if not self._prefill.busy:
                 return None
             self._collect(wait=True)  # nothing could run: wait for the worker, then plan again
+
+    def _job_chunks(self, prefill) -> list:
+        """The plan's chunks, each followed by up to ``overlap_job_chunks - 1`` more chunks (of
+        ``chunk_size``) of the same prompt: one hand-over, so the prefill thread does not wait a
+        decode step for the main thread between them."""
+        out = []
+        for i, n in prefill:
+            seq = self._seqs[i]
+            out.append((seq, n))
+            left = seq.prefill_tokens - seq.prefilled - n
+            for _ in range(self.overlap_job_chunks - 1):
+                if left <= 0:
+                    break
+                out.append((seq, min(self.chunk_size, left)))
+                left -= out[-1][1]
+        return out
 
     def _prefill_job(self, rec: StepRecord, chunks) -> List[SequenceState]:
         """The prefill worker's job (on its thread): run the handed-over chunks, timed in ``rec``;

@@ -57,6 +57,7 @@ import mlx.core as mx
 from mlxlab.core.request import SequenceState, StepRecord
 
 OVERLAP_SYNCS = ("layer", "pipelined", "chunk")
+PACE_GAPS = 16  # decode-only gaps the pacer's reference is the median of
 WORKER_POLL_S = 1.0  # a main thread waiting on the prefill thread checks this often that it still runs
 
 Chunks = List[Tuple[SequenceState, int]]
@@ -146,6 +147,35 @@ def prefill_thread() -> PrefillThread:
 def _shutdown_prefill_threads() -> None:
     for t in list(_THREADS.values()):
         t.shutdown()
+
+
+class DecodePacer:
+    """Spends part of the decode stream's latency budget on the prefill beside it: while the
+    prefill thread holds a job, decode steps start no sooner than ``x`` times the median of the
+    last :data:`PACE_GAPS` gaps between decode steps that ran with the prefill thread idle (the
+    stream's own pace, measured by the engine as it runs). The prefill thread then gets the GIL
+    and the device for the rest. ``x`` None turns pacing off."""
+
+    def __init__(self, x: Optional[float]):
+        if x is not None and (isinstance(x, bool) or not isinstance(x, (int, float)) or not x >= 1):
+            raise ValueError(f"overlap_pace_x must be None or a number >= 1 (a multiple of the decode-only gap), "
+                             f"got {x!r}")
+        self.x = x
+        self._gaps: Deque[float] = collections.deque(maxlen=PACE_GAPS)
+        self._last: Optional[Tuple[float, bool]] = None  # the last decode step: start, prefill busy then
+
+    def delay_s(self, now: float, busy: bool) -> float:
+        """Seconds to wait before a decode step that would start at ``now``."""
+        if self.x is None or not busy or not self._gaps or self._last is None:
+            return 0.0
+        ref = sorted(self._gaps)[len(self._gaps) // 2]
+        return max(0.0, self._last[0] + self.x * ref - now)
+
+    def started(self, t: float, busy: bool) -> None:
+        """Note a decode step starting at ``t`` (``busy``: the prefill thread held a job)."""
+        if self._last is not None and not busy and not self._last[1]:
+            self._gaps.append(t - self._last[0])
+        self._last = (t, busy)
 
 
 class PrefillWorker:

@@ -50,13 +50,15 @@ SOLO_CHUNK = 2048  # the solo engine's chunk size (its prompt fits one chunk)
 
 
 def _spec(name: str, executor: str = "engine", policy: str = "interleave", chunk_size: int = 2048,
-          overlap: bool = False, overlap_sync: str = "layer", **policy_options) -> dict:
+          overlap: bool = False, overlap_sync: str = "layer", overlap_pace_x=None, overlap_job_chunks: int = 1,
+          **policy_options) -> dict:
     return {"name": name, "executor": executor, "policy": policy, "chunk_size": chunk_size, "overlap": overlap,
-            "overlap_sync": overlap_sync, "policy_options": policy_options}
+            "overlap_sync": overlap_sync, "overlap_pace_x": overlap_pace_x, "overlap_job_chunks": overlap_job_chunks,
+            "policy_options": policy_options}
 
 
 #: label -> setting: ``name`` (for people), ``executor`` ("engine" or "mlx_lm"), ``policy``,
-#: ``chunk_size``, ``overlap``, ``policy_options``
+#: ``chunk_size``, ``overlap``, ``overlap_sync``, ``overlap_pace_x``, ``policy_options``
 SETTINGS: Dict[str, dict] = {
     "mlx_lm-2048": _spec("mlx-lm BatchGenerator, step 2048", "mlx_lm", "mlx_lm.BatchGenerator"),
     "interleave-512": _spec("interleave, chunk 512", chunk_size=512),
@@ -70,6 +72,18 @@ SETTINGS: Dict[str, dict] = {
     "overlap-512-pipelined": _spec("overlap, chunk 512, layers pipelined", chunk_size=512, overlap=True,
                                    overlap_sync="pipelined"),
     "overlap-2048-pipelined": _spec("overlap, chunk 2048, layers pipelined", overlap=True, overlap_sync="pipelined"),
+    "overlap-2048-jobs4": _spec("overlap, chunk 2048, 4 chunks a hand-over", overlap=True, overlap_job_chunks=4),
+    "overlap-2048-pace1.6": _spec("overlap, chunk 2048, decode paced at 1.6x its gap", overlap=True,
+                                  overlap_pace_x=1.6),
+    "overlap-2048-pipelined-pace1.6": _spec("overlap, chunk 2048, layers pipelined, decode paced at 1.6x",
+                                            overlap=True, overlap_sync="pipelined", overlap_pace_x=1.6),
+    "overlap-2048-pipelined-jobs4-pace1.6": _spec("overlap, chunk 2048, pipelined, 4 chunks a hand-over, paced 1.6x",
+                                                  overlap=True, overlap_sync="pipelined", overlap_job_chunks=4,
+                                                  overlap_pace_x=1.6),
+    "overlap-2048-pipelined-jobs4-pace2.2": _spec("overlap, chunk 2048, pipelined, 4 chunks a hand-over, paced 2.2x",
+                                                  overlap=True, overlap_sync="pipelined", overlap_job_chunks=4,
+                                                  overlap_pace_x=2.2),
+    "slo-overlap": _spec("slo (defaults) on an overlap engine", policy="slo", overlap=True),
     "slo": _spec("slo (defaults)", policy="slo"),
     "admission_gate": _spec("admission gate (defaults)", policy="admission_gate"),
 }
@@ -112,7 +126,9 @@ def make_executor(model, spec: Mapping, warmup: str, warmup_tokens=None):
     from mlxlab.engine.loop import Engine  # mlx, as above
 
     return Engine(model, policy=spec["policy"], chunk_size=int(spec["chunk_size"]), overlap=bool(spec["overlap"]),
-                  overlap_sync=spec.get("overlap_sync", "layer"), warmup=warmup, warmup_tokens=warmup_tokens, **dict(spec.get("policy_options") or {}))
+                  overlap_sync=spec.get("overlap_sync", "layer"), overlap_pace_x=spec.get("overlap_pace_x"),
+                  overlap_job_chunks=int(spec.get("overlap_job_chunks") or 1),
+                  warmup=warmup, warmup_tokens=warmup_tokens, **dict(spec.get("policy_options") or {}))
 
 
 def _warmup_s(ex) -> float:
