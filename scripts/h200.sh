@@ -2,7 +2,9 @@
 # Run an mlxlab command on an NVIDIA H200 machine that has no package registry, with the
 # mlx CUDA bundle built here by ../shared/tools/mlx-cuda-bundle (carried as .mlxcuda/).
 # Usage (from the project root on the GPU machine):  bash scripts/h200.sh bench engine --models ...
-# Results land in data/results/h200/ and, when $OUT is set, are copied there too.
+# Results land in a new run folder data/results/h200/runs/TIME/, or with --save (the committed
+# H200 results) in data/results/h200/; when $OUT is set, what this call wrote is copied to
+# $OUT/h200/ too.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 if [ ! -d .mlxcuda/site/mlx ]; then
@@ -19,6 +21,10 @@ fi
 python3 -c 'import mlx.core as mx; print("mlx", mx.__version__, mx.default_device(), mx.device_info().get("device_name"))'
 python3 -m mlxlab.cli "$@"
 if [ -n "${OUT:-}" ]; then
-  mkdir -p "$OUT/h200" && find data/results/h200 -type f -newer "$MARK" -exec cp {} "$OUT/h200/" \;
+  # with its folders: a run folder comes back as $OUT/h200/runs/TIME/, the committed files as $OUT/h200/NAME
+  mkdir -p "$OUT/h200"
+  if [ -d data/results/h200 ]; then
+    (cd data/results/h200 && find . -type f -newer "$MARK" -exec cp --parents {} "$OUT/h200/" \;)
+  fi
   if ls data/profiles/h200-*.json >/dev/null 2>&1; then mkdir -p "$OUT/profiles" && cp data/profiles/h200-*.json "$OUT/profiles/"; fi
 fi

@@ -1,6 +1,8 @@
 #!/usr/bin/env bash
 # H200 measurement batches, one call of the device tool each:
 #   run(command="bash scripts/h200_batch.sh PART", carry=[".mlxcuda"], timeout_s=600)
+# Each mlxlab command runs with --save: these runs are the committed H200 results, written into
+# data/results/h200/ (and paper/figures/) and copied to $OUT/h200/; the probes write there directly.
 # Every line a command prints also goes to $OUT/logs/PART.log as it comes, so a call cut short
 # by its time limit still brings back what ran (a scheduling study also leaves its finished runs
 # in data/results/h200/scheduling_runs.jsonl, copied to $OUT/h200/).
@@ -42,27 +44,27 @@ PY="env PYTHONPATH=.mlxcuda/site:. MLXLAB_PLATFORM=h200 PYTHONUNBUFFERED=1 pytho
 M="--model qwen2.5-coder-1.5b --bits 4"
 case "$part" in
   engine)
-    T=${T_ENGINE:-420} run $H bench engine --models qwen2.5-0.5b llama-3.2-1b qwen2.5-coder-1.5b --bits 4 \
+    T=${T_ENGINE:-420} run $H bench engine --save --models qwen2.5-0.5b llama-3.2-1b qwen2.5-coder-1.5b --bits 4 \
       --prompt-tokens 4096 --decode-tokens 128 --repeats 9 ;;
   sim)
     export MLX_CUDA_USE_CUDNN_SDPA=0  # no per-shape cuDNN graph builds in the step times the fit sees
-    T=${T_SIM:-480} run $H validate-sim --model qwen2.5-coder-1.5b --bits 4 --scale 8 --chunk-size 2048 --repeats ${SIM_REPEATS:-5} ;;
+    T=${T_SIM:-480} run $H validate-sim --save --model qwen2.5-coder-1.5b --bits 4 --scale 8 --chunk-size 2048 --repeats ${SIM_REPEATS:-5} ;;
   sched)
     export MLX_CUDA_USE_CUDNN_SDPA=0
-    T=540 run $H bench scheduling --model qwen2.5-coder-1.5b --bits 4 --repeats 1 --workers 1 2 4 \
+    T=540 run $H bench scheduling --save --model qwen2.5-coder-1.5b --bits 4 --repeats 1 --workers 1 2 4 \
       --chunk-sizes 512 1024 2048 ;;
   sched_cudnn)
-    T=540 run $H bench scheduling --model qwen2.5-coder-1.5b --bits 4 --repeats 1 --workers 1 2 4 \
+    T=540 run $H bench scheduling --save --model qwen2.5-coder-1.5b --bits 4 --repeats 1 --workers 1 2 4 \
       --chunk-sizes 512 1024 2048 --name scheduling_cudnn ;;
   slo)
     # the slo runs alone (slo's rule for an unreachable target, infeasible_efficiency, is new) and
     # the study warms every contention executor up first
     export MLX_CUDA_USE_CUDNN_SDPA=0
-    T=${T_SLO:-300} run $H bench scheduling --model qwen2.5-coder-1.5b --bits 4 --repeats 1 --workers 1 \
+    T=${T_SLO:-300} run $H bench scheduling --save --model qwen2.5-coder-1.5b --bits 4 --repeats 1 --workers 1 \
       --chunk-sizes 512 1024 2048 --policies slo --name scheduling_slo ${SLO_ARGS:-} ;;
   engine05)
     # the one preset whose ratios the 5-repeat run left unsettled, alone, 9 paired repeats
-    T=${T_ENGINE:-300} run $H bench engine --models qwen2.5-0.5b --bits 4 --prompt-tokens 4096 \
+    T=${T_ENGINE:-300} run $H bench engine --save --models qwen2.5-0.5b --bits 4 --prompt-tokens 4096 \
       --decode-tokens 128 --repeats 9 --name bench_engine_qwen2.5-0.5b ;;
   rebatch)
     export MLX_CUDA_USE_CUDNN_SDPA=0 MLX_PTX_CACHE_DIR=.mlxcuda/ptx_cache  # later processes reuse the JIT cache
@@ -87,12 +89,12 @@ case "$part" in
   singlereq)
     T=240 run $PY -m probes.h200_singlereq ;;
   limit)
-    T=${T_LIMIT:-420} run $H bench engine --models ${LIMIT_MODELS:-qwen2.5-0.5b llama-3.2-1b qwen2.5-coder-1.5b} --bits 4 \
+    T=${T_LIMIT:-420} run $H bench engine --save --models ${LIMIT_MODELS:-qwen2.5-0.5b llama-3.2-1b qwen2.5-coder-1.5b} --bits 4 \
       --prompt-tokens 4096 --decode-tokens 128 --repeats ${LIMIT_REPEATS:-5} ${LIMIT_ARGS:-} ;;
   exit)
     T=${T_EXIT:-150} run $PY -m probes.exit_probe --model qwen2.5-0.5b --bits 4 ;;
   contention)
-    T=${T_CONT:-540} run $H bench contention --models ${CONT_MODELS:-qwen2.5-0.5b llama-3.2-1b qwen2.5-coder-1.5b} \
+    T=${T_CONT:-540} run $H bench contention --save --models ${CONT_MODELS:-qwen2.5-0.5b llama-3.2-1b qwen2.5-coder-1.5b} \
       --bits 4 --doc-tokens 30000 --chat-context 1536 --repeats ${CONT_REPEATS:-3} --settings ${CONT_SETTINGS:-mlx_lm-2048 \
       interleave-512 interleave-2048 stall_free-256 stall_free-512 stall_free-1024 overlap-256 overlap-512 overlap-2048 \
       overlap-512-pipelined overlap-2048-pipelined slo} ${CONT_ARGS:-} ;;
@@ -100,6 +102,10 @@ case "$part" in
 esac
 if [ -n "${OUT:-}" ]; then
   # only what this call wrote: the device tool brings back a limited number of files
-  mkdir -p "$OUT/h200" && find data/results/h200 -type f -newer "$MARK" -exec cp {} "$OUT/h200/" \;
+  # with its folders: a run folder comes back as $OUT/h200/runs/TIME/, the committed files as $OUT/h200/NAME
+  mkdir -p "$OUT/h200"
+  if [ -d data/results/h200 ]; then
+    (cd data/results/h200 && find . -type f -newer "$MARK" -exec cp --parents {} "$OUT/h200/" \;)
+  fi
   if ls data/profiles/h200-*.json >/dev/null 2>&1; then mkdir -p "$OUT/profiles" && cp data/profiles/h200-*.json "$OUT/profiles/"; fi
 fi

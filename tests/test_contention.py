@@ -5,6 +5,8 @@ parser and plumbing."""
 
 import json
 import math
+import shutil
+from pathlib import Path
 
 import pytest
 
@@ -289,18 +291,25 @@ def test_the_command_saves_results_with_verdicts_and_the_figure(tmp_path, monkey
     saved = []
     real_save = cli_studies.save_results
     monkeypatch.setattr(cli_studies, "save_results", lambda name, payload, **kw: saved.append(name) or real_save(
-        name, payload, **{**kw, "folder": tmp_path}))
+        name, payload, **kw))
+    data = Path(__file__).resolve().parent.parent / "data"  # the model preset and the claims the verdicts name
+    shutil.copytree(data / "claims", tmp_path / "claims")
+    (tmp_path / "models").mkdir()
+    shutil.copy(data / "models" / "tiny.json", tmp_path / "models")
+    monkeypatch.setenv("MLXLAB_DATA", str(tmp_path))
     monkeypatch.setattr(sim_charts, "FIGURES", tmp_path / "figures")
     args = build_parser().parse_args(["bench", "contention", "--models", "tiny", "--dtype", "float32",
                                       "--repeats", "2", "--settings", "interleave-512", "slo", "--platform", "scratch"])
     assert args.func(args) == 0
     assert calls[0]["settings"] == ["interleave-512", "slo"] and calls[0]["repeats"] == 2 and saved == ["contention"]
-    doc = json.loads((tmp_path / "contention.json").read_text())
+    # without --save: the results and the figure in a new run folder, nothing in paper/figures/
+    (run,) = (tmp_path / "results" / "scratch" / "runs").iterdir()
+    doc = json.loads((run / "contention.json").read_text())
     assert doc["parameters"]["settings"] == ["interleave-512", "slo"]
     assert doc["presets"]["tiny"]["model"]["preset"] == "tiny"
     assert {v["claim"] for v in doc["verdicts"]} == {"mlx-contention-frontier", "mlx-slo-contention-defaults",
                                                      "mlx-first-run-warm"}
-    assert (tmp_path / "figures" / "contention_scratch.png").stat().st_size > 0
+    assert (run / "contention_scratch.png").stat().st_size > 0 and not (tmp_path / "figures").exists()
     out = capsys.readouterr().out
     assert "interleave-512" in out and "[reproduced] mlx-contention-frontier" in out
 

@@ -146,20 +146,23 @@ def test_cli_writes_results(tiny, tmp_path, monkeypatch):
                                       "--scale", str(1 / 128), "--workers", "1", "--chunk-sizes", "256",
                                       "--policies", "interleave", "mlx_lm", "--platform", "test", "--quiet"])
     assert args.func(args) == 0
-    doc = json.loads((tmp_path / "results" / "test" / "quick" / "scheduling.json").read_text())
+    # a quick run writes a new run folder (never the committed results)
+    (run,) = (tmp_path / "results" / "test" / "runs").iterdir()
+    assert sorted(p.name for p in (tmp_path / "results" / "test").iterdir()) == ["runs"]
+    doc = json.loads((run / "scheduling.json").read_text())
     assert {"environment", "config", "claims", "table", "references"} <= set(doc)
     assert doc["config"]["quick"] is True and doc["model"]["preset"] == "tiny"
     # interleave and mlx_lm ran: the one claim they decide, with the run's parameters
     assert [v["claim"] for v in doc["verdicts"]] == ["mlx-interleave-matches"]
     assert doc["parameters"]["preset"] == "tiny" and doc["parameters"]["workers"] == [1]
     # and `--rescore FILE` adds the verdicts to a saved file again, from its table alone
-    path = tmp_path / "results" / "test" / "quick" / "scheduling.json"
+    path = run / "scheduling.json"
     args = build_parser().parse_args(["bench", "scheduling", "--rescore", str(path)])
     assert args.func(args) == 0
     again = json.loads(path.read_text())
     assert again["verdicts"] == doc["verdicts"] and again["table"] == doc["table"] and "rescored_by" in again
     # every finished run is also on disk as it ends, one JSON line each, so a cut run keeps them
-    lines = (tmp_path / "results" / "test" / "quick" / "scheduling_runs.jsonl").read_text().splitlines()
+    lines = (run / "scheduling_runs.jsonl").read_text().splitlines()
     assert len(lines) == len(doc["table"]) and all(json.loads(x)["config"] for x in lines)
 
 

@@ -253,7 +253,7 @@ def test_reproduce_passes_the_platform_and_exports_a_full_run_to_html(tmp_path, 
 
     monkeypatch.setattr(papermill, "execute_notebook", fake_execute)
     done = R.reproduce(quick=False, platform="h200", notebooks_dir=tmp_path, out_dir=tmp_path / "out",
-                       progress=False, parameters={"bits": 4, "results_dir": str(tmp_path / "res")})
+                       progress=False, parameters={"bits": 4, "results_dir": str(tmp_path / "res")}, save=True)
     assert seen["platform"] == "h200" and seen["quick"] is False and seen["bits"] == 4
     assert seen["figures_dir"] == str(ROOT / "paper" / "figures" / "h200")
     page = Path(done[0]["html"])

@@ -154,7 +154,7 @@ def test_cli_profile_writes_the_seed001_file(tmp_path, monkeypatch, capsys):
     monkeypatch.setenv("MLXLAB_DATA", str(tmp_path))
     p = argparse.ArgumentParser()
     register(p.add_subparsers(dest="cmd"))
-    args = p.parse_args(["profile", "--seed001"])
+    args = p.parse_args(["profile", "--seed001", "--save"])
     assert args.func(args) == 0
     doc = json.loads((tmp_path / "profiles" / f"{SEED001_NAME}.json").read_text())
     assert doc["cost_model"]["coef"] == pytest.approx(seed001_profile()["cost_model"].coef.tolist())

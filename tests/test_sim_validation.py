@@ -90,7 +90,7 @@ def test_validation_on_tiny_scores_every_row_by_the_noise_derived_rule(tiny, tmp
     src.write_text(json.dumps(saved))
     p = argparse.ArgumentParser()
     register(p.add_subparsers(dest="cmd"))
-    args = p.parse_args(["validate-sim", "--rescore", str(src), "--quiet"])
+    args = p.parse_args(["validate-sim", "--rescore", str(src), "--quiet", "--save"])  # --save: beside FILE
     assert args.func(args) == (0 if all(r["passed"] for r in again["table"]) else 1)
     written = json.loads((tmp_path / "sim_validation_rescored.json").read_text())
     assert [r["sim"] for r in written["table"]] == pytest.approx([r["sim"] for r in rows], rel=1e-9)

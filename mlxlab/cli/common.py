@@ -24,3 +24,15 @@ def add_model_arguments(parser: argparse.ArgumentParser, default: str = "small")
     parser.add_argument("--bits", type=int, default=None, help="quantize weights to this many bits")
     parser.add_argument("--dtype", default=None, help="float32 / bfloat16 / float16 (default: by device)")
     return parser
+
+
+#: where a command writes without --save (its figures too, beside its results)
+SAVE_DEFAULT = "default: write a new folder data/results/PLATFORM/runs/TIME/ (ignored by git) and print it"
+
+
+def add_save_argument(parser: argparse.ArgumentParser, where: str = "data/results/PLATFORM/",
+                      default: str = SAVE_DEFAULT, what: str = "results") -> argparse.Action:
+    """``--save``: replace the committed ``what`` in ``where``; without it a command writes where
+    ``default`` says (a new run folder: :func:`mlxlab.core.results.run_folder`), so trying a
+    command never overwrites the results the paper is built from. Returns the action."""
+    return parser.add_argument("--save", action="store_true", help=f"replace the committed {what} in {where}; {default}")

@@ -3,6 +3,8 @@ simulator against the engine, and the case study at its own scale on the simulat
 
 Building the parser and importing this module load no MLX: the measuring code is imported when a
 command that needs a device runs (after :func:`mlxlab.cli.main` has re-executed with the fast BLAS).
+Each command writes a new run folder (:func:`mlxlab.core.results.run_folder`) and replaces the
+committed results, profiles and figures only with ``--save``.
 """
 
 from __future__ import annotations
@@ -11,16 +13,18 @@ import argparse
 import json
 from pathlib import Path
 
-from mlxlab.cli.common import add_model_arguments, positive_int
-from mlxlab.core.results import _git_commit, save_results
+from mlxlab.cli.common import add_model_arguments, add_save_argument, positive_int
+from mlxlab.core.environment import platform_name
+from mlxlab.core.results import _git_commit, jsonable, platform_of, run_folder, save_results
 from mlxlab.sim.profiles import (
     PROFILE_DEFAULTS,
     QUICK_DEFAULTS,
     load_profile,
+    profile_path,
     profiles_dir,
     save_profile,
 )
-from mlxlab.sim.published import seed001_profile, write_seed001_profile
+from mlxlab.sim.published import SEED001_NAME, seed001_profile, write_seed001_profile
 from mlxlab.studies.seed_scale import format_claims, seed_scale_study
 from mlxlab.studies.sim_scoring import format_validation, rescore_validation
 
@@ -36,9 +40,12 @@ def register(sub: argparse._SubParsersAction) -> None:
                                     "35B MoE cost model (data/profiles/seed001-35b-moe.json): the stall, the gate, the "
                                     "chunk-size trade-off and the prefix cache at the case study's own scale, with "
                                     "their verdicts.")
-    ss.add_argument("--out", default=None, metavar="DIR",
-                    help="write seed_scale.json and its figure into DIR (default: data/results/sim-seed001/ "
-                         "and paper/figures/)")
+    where = ss.add_mutually_exclusive_group()
+    where.add_argument("--out", default=None, metavar="DIR",
+                       help="write seed_scale.json and its figure into DIR (default: a new folder "
+                            "data/results/sim-seed001/runs/TIME/; with --save: data/results/sim-seed001/ and "
+                            "paper/figures/)")
+    add_save_argument(where, "data/results/sim-seed001/ and paper/figures/")
     ss.add_argument("--no-figure", action="store_true")
     ss.set_defaults(func=cli_seed_scale)
 
@@ -64,17 +71,23 @@ def _add_profile(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--repeats", type=positive_int, default=None, help=f"default {PROFILE_DEFAULTS['repeats']}")
     parser.add_argument("--quick", action="store_true", help=f"a small grid: {QUICK_DEFAULTS}")
     parser.add_argument("--seed001", action="store_true",
-                        help="write the seed-001 published profile (data/profiles/seed001-m4max-35b.json) and stop")
-    parser.add_argument("--platform", default=None, help="profile file prefix (default: detected)")
+                        help="write the seed-001 published profile (seed001-m4max-35b.json; data/profiles/ with "
+                             "--save, else a new folder data/results/sim-seed001/runs/TIME/) and stop")
+    parser.add_argument("--platform", default=None,
+                        help="profile file prefix and results folder name (default: detected)")
+    add_save_argument(parser, "data/profiles/PLATFORM-MODEL.json (validate-sim --profile finds it by name)",
+                      "default: write it into a new folder data/results/PLATFORM/runs/TIME/ (ignored by git) "
+                      "and print it", what="profile")
     parser.add_argument("--quiet", action="store_true")
     parser.set_defaults(func=cli_profile)
 
 
 def cli_profile(args: argparse.Namespace) -> int:
-    """Measure a grid on this device and save ``data/profiles/<platform>-<model>.json`` (or, with
-    ``--seed001``, write the published seed-001 profile)."""
+    """Measure a grid on this device and save ``<platform>-<model>.json`` into a new run folder, or
+    with ``--save`` into ``data/profiles/`` (or, with ``--seed001``, write the published seed-001
+    profile)."""
     if args.seed001:
-        path = write_seed001_profile()
+        path = write_seed001_profile(None if args.save else run_folder("sim-seed001") / f"{SEED001_NAME}.json")
         for k, v in seed001_profile()["derivation"].items():
             print(f"  {k:22s} {v}")
         print(f"wrote {path}")
@@ -92,7 +105,9 @@ def cli_profile(args: argparse.Namespace) -> int:
         print(f"  {f:24s} {c:.4g}" if c is not None else f"  {f:24s} n/a")
     for kind, e in prof["fit"].items():
         print(f"  fit {kind:8s} n={e['n']:4d} median rel err {e['median']:.3f}  p90 {e['p90']:.3f}")
-    print(f"wrote {save_profile(prof, platform=args.platform, model_name=args.model)}")
+    plat = args.platform or platform_name()
+    path = None if args.save else run_folder(plat) / profile_path(plat, args.model).name
+    print(f"wrote {save_profile(prof, platform=plat, model_name=args.model, path=path)}")
     return 0
 
 
@@ -109,7 +124,8 @@ def _add_validate(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--name", default="sim_validation", help="results file name")
     parser.add_argument("--rescore", default=None, metavar="JSON",
                         help="score a saved validation file again under this version's cost model and "
-                             "simulator (no model, no device) and write <its name>_rescored.json beside it")
+                             "simulator (no model, no device) and write <its name>_rescored.json into a new run "
+                             "folder of its platform (with --save: beside it)")
     parser.add_argument("--rescore-verdicts", nargs="+", default=None, metavar="JSON",
                         help="add the mlx-sim-accuracy verdict and the cost model's fingerprint and provenance to "
                              "saved validation files, in place, from their tables (nothing re-run or re-simulated; "
@@ -117,6 +133,7 @@ def _add_validate(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--sentinel-tokens", type=int, default=24,
                         help="output tokens of the lone chat run before each profile share and engine run "
                              "(its ITL tracks the machine's speed); 0 for none")
+    add_save_argument(parser, "data/results/PLATFORM/ and paper/figures/")
     parser.add_argument("--no-figure", action="store_true")
     parser.add_argument("--quiet", action="store_true")
     parser.set_defaults(func=cli_validate)
@@ -139,11 +156,35 @@ def cli_validate(args: argparse.Namespace) -> int:
     profile = _profile_doc(args.profile) if args.profile else None
     res = validate_simulator(model, validation_workloads(model, scale=args.scale), policies=args.policies,
                              repeats=args.repeats, profile=profile, chunk_size=args.chunk_size, scale=args.scale,
-                             platform=args.platform, name=args.name, figure=not args.no_figure,
+                             save=False, platform=args.platform, name=args.name,
                              sentinel_tokens=args.sentinel_tokens, log=_say(args))
+    plat = args.platform or platform_name()
+    res["paths"] = _save_validation(res, model, args.name, plat, save=args.save, figure=not args.no_figure)
+    res = jsonable(res)
     print(format_validation(res))
-    print(f"wrote {res.get('paths')}")
+    print(f"wrote {res['paths']}")
     return 0 if res["passed"] else 1
+
+
+def _save_validation(out: dict, model, name: str, plat: str, *, save: bool, figure: bool) -> dict:
+    """Write a validation as :func:`mlxlab.studies.sim_validation.validate_simulator` saves it
+    (verdicts and parameters apart), into :func:`~mlxlab.core.results.run_folder`, and its figure
+    ``<name>_<platform>.svg/.png`` beside it, or with ``save`` into paper/figures/ (the one the
+    paper embeds); returns the paths written."""
+    folder = run_folder(plat, save)
+    payload = {k: v for k, v in out.items() if k not in ("verdicts", "parameters", "paths")}
+    paths = {"results": str(save_results(name, payload, platform=plat, folder=folder, verdicts=out["verdicts"],
+                                         parameters=out["parameters"]))}
+    if figure:
+        try:
+            from mlxlab.notebook.plots import save_figure  # altair: only for the figure
+            from mlxlab.studies.sim_charts import FIGURES, validation_chart
+
+            chart = validation_chart(out["table"], title=f"{name} ({plat}, {getattr(model, 'name', '')})")
+            paths["figures"] = [str(p) for p in save_figure(chart, f"{name}_{plat}", FIGURES if save else folder)]
+        except Exception as e:  # noqa: BLE001 - a figure must not lose the numbers
+            paths["figure_error"] = repr(e)
+    return paths
 
 
 def _profile_doc(path_or_name: str) -> dict:
@@ -171,7 +212,9 @@ def _rescore(args: argparse.Namespace) -> int:
     vs = [sim_accuracy_verdict(res, res["cost_model"])]
     name = src.stem + "_rescored"
     ok = name.startswith("sim_validation")  # a verdict is stored only under an experiment the claims name
-    out = save_results(name, res, platform=src.parent.name, folder=src.parent, verdicts=vs if ok else None,
+    plat = platform_of(src)
+    folder = src.parent if args.save else run_folder(plat)
+    out = save_results(name, res, platform=plat, folder=folder, verdicts=vs if ok else None,
                        parameters={"source": str(src), "rescore": "simulator side re-run under this code"})
     print(f"[{vs[0]['verdict']}] mlx-sim-accuracy: {vs[0]['measured']}")
     print(f"wrote {out}")
@@ -193,7 +236,8 @@ def _rescore_verdicts(paths) -> int:
 def cli_seed_scale(args: argparse.Namespace) -> int:
     """The seed-001 study with the published profile: saved with its verdicts, which are printed
     with the calibration residuals; exit status 1 if a prediction is not reproduced."""
-    res = seed_scale_study(save=True, figure=not args.no_figure, folder=args.out, log=print)
+    folder = args.out or (None if args.save else run_folder("sim-seed001"))  # None: the committed folders
+    res = seed_scale_study(save=True, figure=not args.no_figure, folder=folder, log=print)
     print(format_claims(res))
     print(f"wrote {res.get('paths')}")
     return 1 if any(v["verdict"] == "not reproduced" for v in res["verdicts"]) else 0

@@ -3,6 +3,10 @@
 Building the parser and importing this module load no MLX: the studies are imported when a
 command runs (after :func:`mlxlab.cli.main` has re-executed with the fast BLAS), and the few
 defaults that live beside MLX code are read when the parser is built.
+
+Each bench command writes a new run folder, ``data/results/<platform>/runs/<time>/``, and
+replaces the committed results only with ``--save`` (:func:`mlxlab.core.results.run_folder`);
+``train-tiny`` writes ``build/weights/`` unless ``--save`` (``data/weights/``).
 """
 
 from __future__ import annotations
@@ -10,10 +14,11 @@ from __future__ import annotations
 import argparse
 import json
 from pathlib import Path
+from typing import Optional
 
-from mlxlab.cli.common import add_model_arguments, positive_int
+from mlxlab.cli.common import add_model_arguments, add_save_argument, positive_int
 from mlxlab.core.environment import mlx_env
-from mlxlab.core.results import results_dir, save_results
+from mlxlab.core.results import results_dir, run_folder, save_results
 from mlxlab.train.corpus import build_corpus, heldout_prompts, split_path, write_split
 
 # `bench scheduling --quick`: these chunk sizes and repeats, half the prompt scale
@@ -64,6 +69,7 @@ def _add_bench_engine(be: argparse.ArgumentParser) -> None:
     be.add_argument("--no-limit", action="store_true", help="skip the decode-limit rows")
     be.add_argument("--platform", default=None, help="results folder name (default: detected)")
     be.add_argument("--name", default="bench_engine", help="results file name")
+    add_save_argument(be)
     be.set_defaults(func=cli_bench_engine)
 
 
@@ -73,7 +79,7 @@ def cli_bench_engine(args: argparse.Namespace) -> int:
     from mlxlab.studies.bench import bench_engine, verdicts
     from mlxlab.studies.decode_limit import decode_limit, limit_verdict
 
-    out = {"presets": {}}
+    out, folder = {"presets": {}}, None
     params = {k: getattr(args, k) for k in ("models", "bits", "dtype", "prompt_tokens", "decode_tokens", "batch",
                                             "chunk_size", "repeats", "limit_batches", "limit_context",
                                             "limit_tokens", "no_limit")}
@@ -99,7 +105,8 @@ def cli_bench_engine(args: argparse.Namespace) -> int:
         vs = verdicts(out["presets"])
         if not args.no_limit:
             vs.append(limit_verdict({p: r["decode_limit"] for p, r in out["presets"].items() if "decode_limit" in r}))
-        path = save_results(args.name, out, platform=args.platform, verdicts=vs, parameters=params)
+        folder = folder or run_folder(args.platform, args.save)
+        path = save_results(args.name, out, platform=args.platform, folder=folder, verdicts=vs, parameters=params)
     for v in vs:
         print(f"[{v['verdict']}] {v['claim']}: {v['measured']}")
     print(f"wrote {path}")
@@ -125,10 +132,13 @@ def _add_bench_contention(bc: argparse.ArgumentParser) -> None:
     bc.add_argument("--seed", type=int, default=0, help="seed of the random prompts")
     bc.add_argument("--platform", default=None, help="results folder name (None: detected)")
     bc.add_argument("--name", default="contention",
-                    help="results file name; the figure is paper/figures/<name>_<platform>.svg/.png")
-    bc.add_argument("--append", action="store_true",
-                    help="keep the presets already in the results file (each with the provenance of the run that "
-                         "measured it) and add these; verdicts and the figure cover them all")
+                    help="results file name; the figure <name>_<platform>.svg/.png goes beside it "
+                         "(with --save: into paper/figures/)")
+    bc.add_argument("--append", nargs="?", const="", default=None, metavar="JSON",
+                    help="keep the presets of an earlier results file, JSON or (with no JSON) the committed "
+                         "data/results/PLATFORM/NAME.json, each with the provenance of the run that measured it, "
+                         "and add these; verdicts and the figure cover them all (default: off)")
+    add_save_argument(bc, "data/results/PLATFORM/ and paper/figures/")
     bc.set_defaults(func=cli_bench_contention)
 
 
@@ -142,7 +152,8 @@ def cli_bench_contention(args: argparse.Namespace) -> int:
     plat = args.platform or platform_name()
     params = {k: getattr(args, k) for k in ("models", "bits", "dtype", "doc_tokens", "chat_context", "repeats",
                                             "settings", "warmup", "seed")}
-    out = {"presets": _earlier_presets(results_dir(plat) / f"{args.name}.json", args.models) if args.append else {}}
+    earlier = Path(args.append) if args.append else results_dir(plat) / f"{args.name}.json"
+    out, folder = {"presets": _earlier_presets(earlier, args.models) if args.append is not None else {}}, None
     for preset in args.models:
         model = load_model(preset, bits=args.bits, dtype=args.dtype)
         print(f"[bench contention] {preset}: {model.num_params / 1e6:.1f}M params, dtype={model.dtype}, "
@@ -155,8 +166,9 @@ def cli_bench_contention(args: argparse.Namespace) -> int:
         print(format_table(preset, res), flush=True)
         # written after every preset, so a run cut short by a time limit keeps what it measured
         vs = verdicts(out["presets"])
-        path = save_results(args.name, out, platform=plat, verdicts=vs, parameters=params)
-        figures = _contention_figure(out["presets"], args.name, plat)
+        folder = folder or run_folder(plat, args.save)
+        path = save_results(args.name, out, platform=plat, folder=folder, verdicts=vs, parameters=params)
+        figures = _contention_figure(out["presets"], args.name, plat, None if args.save else folder)
     for v in vs:
         print(f"[{v['verdict']}] {v['claim']}: {v['measured']}")
     print(f"wrote {path}" + "".join(f", {p}" for p in figures))
@@ -177,15 +189,15 @@ def _earlier_presets(path: Path, models) -> dict:
     return kept
 
 
-def _contention_figure(presets: dict, name: str, plat: str) -> list:
-    """The frontier figure as paper/figures/<name>_<platform>.svg/.png; [] (with a line saying
-    why) when it cannot be drawn, so a figure never loses the numbers."""
+def _contention_figure(presets: dict, name: str, plat: str, folder: Optional[Path] = None) -> list:
+    """The frontier figure as <name>_<platform>.svg/.png in ``folder`` (default: paper/figures/);
+    [] (with a line saying why) when it cannot be drawn, so a figure never loses the numbers."""
     try:
         from mlxlab.notebook.plots import save_figure  # altair: only for the figure
         from mlxlab.studies.contention_charts import frontier_chart
         from mlxlab.studies.sim_charts import FIGURES
 
-        return save_figure(frontier_chart(presets, plat), f"{name}_{plat}", FIGURES)
+        return save_figure(frontier_chart(presets, plat), f"{name}_{plat}", folder or FIGURES)
     except Exception as e:  # noqa: BLE001 - reported, the results are already written
         print(f"[bench contention] no figure: {e!r}", flush=True)
         return []
@@ -210,7 +222,7 @@ def _add_bench_scheduling(bs: argparse.ArgumentParser) -> None:
     add_model_arguments(bs)
     bs.add_argument("--quick", action="store_true",
                     help="half the prompt scale, chunks 128/512/2048, 3 repeats (about 1 minute on a CPU with tiny); "
-                         "results go to data/results/<platform>/quick/")
+                         "never saved: --save refuses it")
     bs.add_argument("--repeats", type=positive_int, default=None, help="runs per configuration (default 3)")
     bs.add_argument("--scale", type=float, default=None,
                     help="long prompts are 16k-32k tokens times this (default: 1 on a GPU, 1/16 on a CPU, "
@@ -230,6 +242,7 @@ def _add_bench_scheduling(bs: argparse.ArgumentParser) -> None:
     bs.add_argument("--quiet", action="store_true", help="no line per run")
     bs.add_argument("--platform", default=None, help="results folder name (default: detected)")
     bs.add_argument("--name", default="scheduling", help="results file name")
+    add_save_argument(bs)
     bs.add_argument("--rescore", nargs="+", default=None, metavar="JSON",
                     help="add the claims' verdicts to saved scheduling results, in place, from their tables "
                          "(no model, no device; marked rescored_by this commit) and stop")
@@ -260,6 +273,8 @@ def _rescore_scheduling(paths) -> int:
 def cli_bench_scheduling(args: argparse.Namespace) -> int:
     if args.rescore:
         return _rescore_scheduling(args.rescore)
+    if args.quick and args.save:
+        raise ValueError("--save replaces the committed results, which a --quick run must not: drop one")
     # mlx: the studies are imported when their command runs
     from mlxlab.engine.models import load_model
     from mlxlab.studies.scheduling import format_table, scheduling_study
@@ -272,8 +287,7 @@ def cli_bench_scheduling(args: argparse.Namespace) -> int:
     print(f"[bench scheduling] {args.model}: {model.num_params / 1e6:.1f}M params, dtype={model.dtype}, "
           f"bits={model.bits}; scale {scale:.4g}, chunks {chunk_sizes}, workers {args.workers}, "
           f"repeats {repeats}", flush=True)
-    # quick runs go to data/results/<platform>/quick/, like the notebooks' (not the paper's)
-    folder = results_dir(args.platform) / ("quick" if args.quick else "")
+    folder = run_folder(args.platform, args.save)  # the committed folder only with --save (never --quick)
     on_run = _jsonl_appender(folder / f"{args.name}_runs.jsonl")  # every run as it ends
     study = scheduling_study(model, platform_scale=scale, policies=args.policies or ALL_POLICIES,
                              chunk_sizes=chunk_sizes, workers=args.workers, repeats=repeats,
@@ -317,6 +331,7 @@ def add_speculate_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--no-mlx-lm", action="store_true", help="skip mlx-lm's speculative_generate_step")
     parser.add_argument("--platform", default=None, help="results folder name (default: detected)")
     parser.add_argument("--name", default="speculation", help="results file name")
+    add_save_argument(parser)
 
 
 def cli_speculate(args: argparse.Namespace) -> int:
@@ -342,8 +357,9 @@ def cli_speculate(args: argparse.Namespace) -> int:
     study["models"] = {"target": target.name, "draft": draft.name,
                        "target_params": target.num_params, "draft_params": draft.num_params}
     print(format_study(study))
-    params = {k: v for k, v in vars(args).items() if k != "func"}
-    path = save_results(args.name, study, platform=args.platform, verdicts=verdicts(study, k=4), parameters=params)
+    params = {k: v for k, v in vars(args).items() if k not in ("func", "save")}
+    path = save_results(args.name, study, platform=args.platform, folder=run_folder(args.platform, args.save),
+                        verdicts=verdicts(study, k=4), parameters=params)
     print(f"wrote {path}")
     return 0
 
@@ -364,8 +380,12 @@ def add_train_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--lr", type=float, default=None)
     parser.add_argument("--warmup", type=int, default=None)
     parser.add_argument("--seed", type=int, default=None)
-    parser.add_argument("--out", default=None,
-                        help="weights folder (default: data/weights); each model goes to OUT/<preset>")
+    where = parser.add_mutually_exclusive_group()
+    where.add_argument("--out", default=None,
+                       help="weights folder (default: build/weights/, ignored by git; with --save: data/weights/); "
+                            "each model goes to OUT/<preset>")
+    add_save_argument(where, "data/weights/ (the pair `bench speculation` loads)",
+                      "default: write build/weights/ (ignored by git)", what="weights")
     parser.add_argument("--log", default=None, help="JSONL log (default: OUT/train_log.jsonl, appended)")
     parser.add_argument("--eval-every", type=int, default=100)
     parser.add_argument("--eval-windows", type=int, default=256,
@@ -382,7 +402,7 @@ def cli_train(args: argparse.Namespace) -> int:
         DEFAULT_RECIPES,
         TARGET_PRESET,
         train_tiny,
-        weights_dir,
+        trained_weights_dir,
     )
 
     if args.write_split:
@@ -391,7 +411,7 @@ def cli_train(args: argparse.Namespace) -> int:
     corpus = build_corpus(verify=not args.no_verify)
     print(f"[train-tiny] corpus ({corpus['meta']['python']}): train {len(corpus['train'])} bytes, "
           f"held-out {len(corpus['heldout'])} bytes", flush=True)
-    out_root = Path(args.out) if args.out else weights_dir()
+    out_root = Path(args.out) if args.out else trained_weights_dir(args.save)
     log_path = Path(args.log) if args.log else out_root / "train_log.jsonl"
     for name in args.models:
         r = dict(DEFAULT_RECIPES.get(name, DEFAULT_RECIPES[TARGET_PRESET]))
@@ -400,4 +420,6 @@ def cli_train(args: argparse.Namespace) -> int:
                 r[k] = getattr(args, k)
         train_tiny(name, out_dir=out_root / name, log_path=log_path, corpus=corpus, eval_every=args.eval_every,
                    final_eval_windows=args.eval_windows or None, print_fn=lambda s: print(s, flush=True), **r)
+        print(f"wrote {out_root / name}", flush=True)
+    print(f"wrote {log_path}")
     return 0

@@ -10,9 +10,11 @@ from mlxlab.notebook.reproduce import ReproduceError, parse_params, reproduce
 
 REPRODUCE_HELP = """\
 Run the numbered notebooks headless through papermill. Quick mode (--quick) writes to
-data/results/PLATFORM/quick/ and build/figures/; a full run writes data/results/PLATFORM/ and
-paper/figures/ (paper/figures/PLATFORM/ for a platform other than cpu), then exports each
-executed notebook to data/results/PLATFORM/notebooks/NAME.html.
+data/results/PLATFORM/quick/ and build/figures/. A full run writes a new folder
+data/results/PLATFORM/runs/TIME/ (results, figures/ and the executed notebooks exported to
+notebooks/NAME.html; ignored by git). A full run with --save replaces the committed results:
+data/results/PLATFORM/ (and data/results/sim-seed001/) and paper/figures/ (paper/figures/PLATFORM/
+for a platform other than cpu), with the notebooks exported to data/results/PLATFORM/notebooks/.
 
 On an NVIDIA GPU (the H200 runs) a notebook run needs, in one Python: mlx's CUDA build and
 mlx-lm (pip install -e ".[cuda13,test]", or the bundle scripts/h200.sh unpacks from .mlxcuda/),
@@ -21,7 +23,7 @@ named python3 that inherits PYTHONPATH, altair and vl-convert-python (the figure
 holds mlx and mlx-lm only, and the H200 machine's Python has none of the notebook stack, so its
 wheels travel in .whl/ (carried beside .mlxcuda; scripts/h200.sh installs them on arrival). Then,
 from the project root on that machine:
-  MLX_CUDA_USE_CUDNN_SDPA=0 bash scripts/h200.sh reproduce --platform h200 \\
+  MLX_CUDA_USE_CUDNN_SDPA=0 bash scripts/h200.sh reproduce --platform h200 --save \\
       --param model_name=qwen2.5-coder-1.5b --param bits=4
 (scripts/h200.sh sets PYTHONPATH and MLXLAB_PLATFORM=h200 and copies new results to $OUT). The
 notebooks' defaults are CPU-sized (the tiny preset), hence the --param (04 takes
@@ -41,13 +43,17 @@ def register(sub: argparse._SubParsersAction) -> None:
     rp.add_argument("--param", action="append", default=[], metavar="KEY=VALUE",
                     help="a notebook parameter (value read as YAML: 4, null, [1, 2]); repeatable")
     rp.add_argument("--no-html", action="store_true", help="after a full run, do not export the notebooks to HTML")
+    rp.add_argument("--save", action="store_true",
+                    help="a full run replaces the committed results and figures (see above); default: a new "
+                         "run folder data/results/PLATFORM/runs/TIME/")
     rp.set_defaults(func=cli_reproduce)
 
     pp = sub.add_parser("paper", help="build the paper (HTML and PDF) from data/results and data/claims",
                         description="Render paper/paper.md.j2 with every number inserted from data/results and "
                                     "data/claims into DIR/index.html (figures embedded) and DIR/paper.pdf (headless "
                                     "Chromium). A missing results file or key fails the build, naming the file and "
-                                    "the key path.")
+                                    "the key path. It reads the committed results only (never a runs/ or quick/ "
+                                    "folder) and writes only DIR: no committed file changes.")
     pp.add_argument("--out", type=Path, default=None, help="output folder (default: build/paper/)")
     pp.add_argument("--no-pdf", action="store_true", help="write the HTML only")
     pp.set_defaults(func=cli_paper)
@@ -56,12 +62,14 @@ def register(sub: argparse._SubParsersAction) -> None:
 def cli_reproduce(args: argparse.Namespace) -> int:
     try:
         done = reproduce(quick=args.quick, only=args.only, platform=args.platform,
-                         parameters=parse_params(args.param), export_html=not args.no_html)
+                         parameters=parse_params(args.param), export_html=not args.no_html, save=args.save)
     except ReproduceError as exc:
         print(f"mlxlab reproduce: {exc}", file=sys.stderr)
         return 1
     for d in done:
         print(f"{d['notebook']:40s} {d['seconds']:7.1f} s  -> {d['output']}" + (f"  ({d['html']})" if d.get("html") else ""))
+    if done:
+        print(f"results -> {done[0]['results']}\nfigures -> {done[0]['figures']}")
     return 0
 
 

@@ -2,12 +2,15 @@
 
 :func:`environment_block` is the provenance every written result carries (device, BLAS, versions,
 platform, commit, time); :func:`save_results` writes a result with it, and every other writer of a
-measurement (notebooks, profiles, probes) calls one of the two.
+measurement (notebooks, profiles, probes) calls one of the two. :func:`run_folder` decides where a
+command writes: a new ignored ``runs/<time>/`` folder unless it is asked to replace the committed
+results (``--save``), so a trial run never overwrites the files the paper is built from.
 """
 
 from __future__ import annotations
 
 import datetime as _dt
+import itertools
 import json
 import math
 import os
@@ -20,7 +23,43 @@ from mlxlab.core.paths import ROOT, data_dir
 
 
 def results_dir(platform: Optional[str] = None) -> Path:
+    """The committed results of one platform: ``data/results/<platform>/`` (default: detected)."""
     return data_dir() / "results" / (platform or platform_name())
+
+
+def run_folder(platform: Optional[str] = None, save: bool = False) -> Path:
+    """Where a command writes its results (and its figures, unless it saves).
+
+    With ``save``: :func:`results_dir`, whose committed files the command replaces. Without: a new
+    folder ``data/results/<platform>/runs/<UTC time>/`` (ignored by git; e.g.
+    ``runs/2026-12-01T17-03-22Z/``), created here, with ``-2``, ``-3``... appended when a run of
+    the same second already took the name, so two runs never share one. Call it when the first
+    file is about to be written, so a command that fails before measuring leaves no empty folder.
+    """
+    if save:
+        return results_dir(platform)
+    runs = results_dir(platform) / "runs"
+    runs.mkdir(parents=True, exist_ok=True)
+    stamp = _dt.datetime.now(_dt.timezone.utc).strftime("%Y-%m-%dT%H-%M-%SZ")
+    for n in itertools.count(1):
+        folder = runs / (stamp if n == 1 else f"{stamp}-{n}")
+        try:
+            folder.mkdir()  # atomic: of two runs racing for one name, one gets FileExistsError
+            return folder
+        except FileExistsError:
+            continue
+
+
+def platform_of(path: Union[str, Path]) -> str:
+    """The results platform a results file belongs to: the name of its folder under
+    ``data/results/``, looking through a ``runs/<time>/`` or ``quick/`` folder (a file elsewhere:
+    the name of its own folder)."""
+    folder = Path(path).resolve().parent
+    if folder.name == "quick":
+        return folder.parent.name
+    if folder.parent.name == "runs":
+        return folder.parent.parent.name
+    return folder.name
 
 
 def _git(*args: str) -> Optional[str]:

@@ -2,7 +2,9 @@
 
 Quick runs (CI, ``mlxlab reproduce --quick``) write results to ``data/results/<platform>/quick/``
 and figures to ``build/figures/`` so they never overwrite the full runs that the paper uses
-(``data/results/<platform>/`` and ``paper/figures/``). Notebook parameters override both.
+(``data/results/<platform>/`` and ``paper/figures/``). Notebook parameters override both:
+``mlxlab reproduce`` without ``--save`` gives a full run its own ``runs/<time>/`` folder this way
+(:func:`mlxlab.notebook.reproduce.notebook_folders` holds the defaults).
 """
 
 from __future__ import annotations
@@ -15,8 +17,8 @@ import pandas as pd
 
 from mlxlab.core import results
 from mlxlab.core.environment import device_summary, platform_name
-from mlxlab.core.paths import ROOT
 from mlxlab.notebook.plots import save_figure
+from mlxlab.notebook.reproduce import notebook_folders
 from mlxlab.notebook.widgets import offline
 
 from mlxlab.core.claims import VERDICTS, check_verdicts, measured_text  # noqa: F401  (VERDICTS: the notebooks' vocabulary)
@@ -46,8 +48,7 @@ def setup(quick: bool = True, platform: Optional[str] = None, results_dir: Optio
           figures_dir: Optional[str] = None) -> Setup:
     """Resolve a notebook's output folders and describe the machine; prints one line."""
     plat = platform or platform_name()
-    res = Path(results_dir) if results_dir else results.results_dir(plat) / ("quick" if quick else "")
-    fig = Path(figures_dir) if figures_dir else ROOT / ("build/figures" if quick else "paper/figures")
+    res, fig = notebook_folders(quick, plat, results_dir, figures_dir)
     res.mkdir(parents=True, exist_ok=True)
     fig.mkdir(parents=True, exist_ok=True)
     env = device_summary()

@@ -3,19 +3,26 @@
 Executed copies go to ``build/notebooks/`` (git-ignored). A failure names the notebook and the
 cell (papermill's own error carries the cell index) and stops the run. After a full run each
 executed notebook is also exported to HTML (nbconvert) beside the results it wrote,
-``data/results/<platform>/notebooks/<name>.html``, so a reader can see the run that made them.
-``platform`` is passed to every notebook (``nb.setup`` names the results folder after it); a full
-run for a platform other than ``cpu`` writes its figures to ``paper/figures/<platform>/`` so it
-does not overwrite the CPU figures the paper embeds.
+``<results>/notebooks/<name>.html``, so a reader can see the run that made them.
+
+Where the notebooks write (:func:`notebook_folders`): a quick run, ``data/results/<platform>/quick/``
+and ``build/figures/``; a full run, one new folder ``data/results/<platform>/runs/<time>/`` for
+every notebook (figures in its ``figures/``; :func:`mlxlab.core.results.run_folder`), all ignored
+by git; only a full run with ``save`` replaces the committed ``data/results/<platform>/`` and
+``paper/figures/``. ``platform`` is passed to every notebook (``nb.setup`` names the results
+folder after it); a saved run for a platform other than ``cpu`` writes its figures to
+``paper/figures/<platform>/`` so it does not overwrite the CPU figures the paper embeds.
 """
 
 from __future__ import annotations
 
 import time
 from pathlib import Path
-from typing import Dict, List, Optional, Sequence
+from typing import Dict, List, Optional, Sequence, Tuple
 
-from mlxlab.core.paths import ROOT, data_dir
+from mlxlab.core.environment import platform_name
+from mlxlab.core.paths import ROOT
+from mlxlab.core.results import results_dir as committed_results, run_folder
 
 NOTEBOOKS = ROOT / "notebooks"
 BUILD = ROOT / "build" / "notebooks"
@@ -23,6 +30,18 @@ BUILD = ROOT / "build" / "notebooks"
 
 class ReproduceError(RuntimeError):
     pass
+
+
+def notebook_folders(quick: bool, platform: Optional[str] = None, results_dir: Optional[str] = None,
+                     figures_dir: Optional[str] = None) -> Tuple[Path, Path]:
+    """A notebook's results and figures folders, as ``nb.setup`` resolves them: the given ones,
+    else for a quick run ``data/results/<platform>/quick/`` and ``build/figures/`` (ignored by git),
+    for a full run the committed ``data/results/<platform>/`` and ``paper/figures/`` (which
+    :func:`reproduce` passes only with ``save``; otherwise it gives every notebook a run folder)."""
+    plat = platform or platform_name()
+    res = Path(results_dir) if results_dir else committed_results(plat) / ("quick" if quick else "")
+    fig = Path(figures_dir) if figures_dir else ROOT / ("build/figures" if quick else "paper/figures")
+    return res, fig
 
 
 def list_notebooks(only: Optional[Sequence[str]] = None, notebooks_dir: Optional[Path] = None) -> List[Path]:
@@ -78,31 +97,36 @@ def _failed_cell(exc) -> str:
 def reproduce(*, quick: bool = True, only: Optional[Sequence[str]] = None, platform: Optional[str] = None,
               parameters: Optional[Dict] = None, out_dir: Optional[Path] = None, kernel_name: Optional[str] = None,
               progress: bool = True, notebooks_dir: Optional[Path] = None, export_html: bool = True,
-              html_dir: Optional[Path] = None) -> List[Dict]:
-    """Execute the notebooks; returns one dict per notebook (name, seconds, output path, and
-    after a full run with ``export_html`` the HTML export, default folder
-    ``data/results/<platform>/notebooks/``). Raises :class:`ReproduceError` naming the notebook
-    and cell on the first failure."""
+              html_dir: Optional[Path] = None, save: bool = False) -> List[Dict]:
+    """Execute the notebooks; returns one dict per notebook (name, seconds, output path, the
+    ``results`` and ``figures`` folders it wrote, and after a full run with ``export_html`` the
+    HTML export, default folder ``<results>/notebooks/``). A full run writes one new run folder
+    unless ``save`` (then the committed results and figures); ``save`` with ``quick`` is refused.
+    ``parameters`` (notebook parameters) override the folders. Raises :class:`ReproduceError`
+    naming the notebook and cell on the first failure."""
     import papermill as pm  # heavy (nbclient, jupyter): only a run needs it, not `mlxlab --help`
 
     from mlxlab.notebook.kernel import ensure_kernel
 
+    if quick and save:
+        raise ReproduceError("--save replaces the committed results, which a quick run must not: drop --quick or --save")
     kernel_name = kernel_name or ensure_kernel()  # the notebooks' kernel: fast BLAS preloaded
 
     out_dir = Path(out_dir) if out_dir else BUILD
     out_dir.mkdir(parents=True, exist_ok=True)
     nbs = list_notebooks(only, notebooks_dir)
     params = {"quick": quick, **({"platform": platform} if platform else {})}
-    if not quick:
-        from mlxlab.core.environment import platform_name
-
-        plat = platform or platform_name()
-        if plat != "cpu":  # keep the CPU figures the paper embeds
-            params["figures_dir"] = str(ROOT / "paper" / "figures" / plat)
-        if export_html and html_dir is None:  # beside the results the run writes
-            res = (parameters or {}).get("results_dir")
-            html_dir = (Path(res) if res else data_dir() / "results" / plat) / "notebooks"
-    params.update(parameters or {})
+    plat = platform or platform_name()
+    given = parameters or {}
+    if not quick and save and plat != "cpu":  # keep the CPU figures the paper embeds
+        params["figures_dir"] = str(ROOT / "paper" / "figures" / plat)
+    elif not quick and not save:  # one run folder for every notebook: nothing committed changes
+        run = Path(given["results_dir"]) if given.get("results_dir") else run_folder(plat)
+        params.update(results_dir=str(run), figures_dir=str(run / "figures"))
+    params.update(given)
+    results, figures = notebook_folders(quick, plat, params.get("results_dir"), params.get("figures_dir"))
+    if not quick and export_html and html_dir is None:  # beside the results the run writes
+        html_dir = results / "notebooks"
     bar = None
     if progress:
         # optional plumbing: only a run with a progress bar needs it
@@ -124,7 +148,8 @@ def reproduce(*, quick: bool = True, only: Optional[Sequence[str]] = None, platf
         finally:
             if bar is not None:
                 bar.update(1)
-        entry = {"notebook": nb.name, "seconds": round(time.perf_counter() - t0, 1), "output": str(out)}
+        entry = {"notebook": nb.name, "seconds": round(time.perf_counter() - t0, 1), "output": str(out),
+                 "results": str(results), "figures": str(figures)}
         if not quick and export_html:
             entry["html"] = str(export_notebook_html(out, Path(html_dir) / f"{nb.stem}.html"))
         done.append(entry)

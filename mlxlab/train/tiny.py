@@ -2,7 +2,7 @@
 
 Trains the ``byte-target`` and ``byte-draft`` presets (``data/models/byte-*.json``) from scratch
 on the corpus of :mod:`mlxlab.train.corpus` with MLX's AdamW, and saves them as mlx-lm model
-directories (``config.json`` + ``model.safetensors``, by default under ``data/weights/``) that
+directories (``config.json`` + ``model.safetensors``; the committed pair is under ``data/weights/``) that
 :func:`mlxlab.load_model` loads.
 """
 
@@ -40,6 +40,13 @@ DEFAULT_RECIPES: Dict[str, dict] = {
 def weights_dir() -> Path:
     """Where the trained pair lives (``data/weights/<preset>``)."""
     return data_dir() / "weights"
+
+
+def trained_weights_dir(save: bool = False) -> Path:
+    """Where ``mlxlab train-tiny`` writes: with ``save`` the committed pair's folder
+    (:func:`weights_dir`, which ``bench speculation`` loads), else ``build/weights/`` (ignored by
+    git), so a trial training never replaces the committed weights."""
+    return weights_dir() if save else ROOT / "build" / "weights"
 
 
 def build_model(config: Union[str, dict], seed: int = 0) -> nn.Module:
