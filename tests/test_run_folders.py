@@ -215,3 +215,19 @@ def test_a_full_reproduce_writes_a_run_folder_unless_saved(data, tmp_path, monke
     assert done[0]["figures"] == str(ROOT / "paper" / "figures")
     with pytest.raises(R.ReproduceError, match="--quick"):
         R.reproduce(quick=True, save=True, **common)
+
+
+def test_results_files_keep_every_value_with_scalar_lists_on_one_line():
+    """dumps() only moves whitespace: the parsed document is the same, strings holding commas and
+    spaces keep them, and a list of numbers takes one line."""
+    import json
+
+    from mlxlab.core.results import dumps
+
+    doc = {"gaps_ms": [1.5, 2.0, -3e-05, None, True], "names": ["a,   b", 'q"z, \\n'],
+           "nested": [[1, 2], [3]], "empty": [], "rows": [{"x": [4, 5]}]}
+    text = dumps(doc)
+    assert json.loads(text) == doc
+    assert '"gaps_ms": [1.5, 2.0, -3e-05, null, true]' in text
+    assert '"a,   b"' in text
+    assert text.count("\n") < json.dumps(doc, indent=2).count("\n")
