@@ -14,6 +14,7 @@ import subprocess
 import sys
 import threading
 import time
+import types
 import weakref
 from pathlib import Path
 
@@ -386,3 +387,35 @@ def test_wait_for_exit_returns_once_the_os_thread_is_gone():
     _wait_for_exit(t)
     if Path("/proc/self/task").is_dir():
         assert not Path(f"/proc/self/task/{t.native_id}").exists()
+
+
+def _lazy_rope_llama():
+    """A hand-built llama whose llama3 RoPE holds ``_freqs``, an array ``parameters()`` leaves out
+    and that stays lazy until first used."""
+    import mlx.core as mx
+    from mlx_lm.models import llama
+
+    args = llama.ModelArgs.from_dict({
+        "model_type": "llama", "hidden_size": 64, "num_hidden_layers": 2, "intermediate_size": 128,
+        "num_attention_heads": 4, "num_key_value_heads": 2, "vocab_size": 128, "rms_norm_eps": 1e-5,
+        "head_dim": 16, "rope_theta": 500000.0, "tie_word_embeddings": True,
+        "rope_scaling": {"factor": 32.0, "high_freq_factor": 4.0, "low_freq_factor": 1.0,
+                         "original_max_position_embeddings": 8192, "rope_type": "llama3"}})
+    mx.random.seed(3)
+    module = llama.Model(args)
+    mx.eval(module.parameters())
+    return module
+
+
+def test_overlap_on_a_module_with_lazy_private_arrays_equals_generate_step():
+    """An array the model made lazily on the main thread, first evaluated on the prefill thread,
+    failed there ("There is no Stream(cpu, 0) in current thread"); the engine evaluates the
+    module's arrays first. Also: a raw mlx-lm module (an nn.Module is a dict) is accepted."""
+    module = _lazy_rope_llama()
+    prompt = list(range(1, 30))
+    with Engine(module, chunk_size=8, overlap=True) as eng:
+        req = eng.submit(prompt, 6)
+        eng.run()
+    assert req.done
+    # the oracle runs after the engine, so the prefill thread was the first to meet _freqs
+    assert_matches(req.output_tokens, reference(types.SimpleNamespace(module=module), prompt, 6))

@@ -41,7 +41,7 @@ def module_of(model):
 
 def model_limits(model) -> Tuple[int, int]:
     """``(vocab_size, max_context)`` of a loaded model, an mlx-lm module or a config dict."""
-    if isinstance(model, dict):
+    if isinstance(model, dict) and not callable(model):  # an mlx nn.Module is a dict too
         return int(model["vocab_size"]), int(model.get("max_position_embeddings") or DEFAULT_MAX_CONTEXT)
     module = module_of(model)
     vocab = getattr(model, "vocab_size", None) or module.args.vocab_size

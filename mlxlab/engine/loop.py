@@ -33,6 +33,7 @@ from mlx_lm.models.cache import make_prompt_cache
 from mlxlab.core.bookkeeping import PlanExecutor
 from mlxlab.core.plan import KEY_ALIGN
 from mlxlab.core.presets import model_limits, module_of
+from mlxlab.engine.models import materialize
 from mlxlab.core.request import Request, SequenceState, StepRecord
 from mlxlab.engine.admission import KVBudget, kv_quantization
 from mlxlab.engine.batch import (
@@ -165,6 +166,8 @@ class Engine(PlanExecutor):
             mx.set_memory_limit(memory_limit_bytes)
         self.model = model
         self.module = module_of(model)
+        if overlap:
+            materialize(self.module)  # a module built by hand may hold lazy arrays (see materialize)
         self.prefix_cache = prefix_cache
         self.kv_budget_bytes = kv_budget_bytes
         self._budget = KVBudget(model, kv_budget_bytes)

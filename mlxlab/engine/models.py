@@ -162,6 +162,16 @@ def _from_preset(name: str, seed: int):
     return module, config
 
 
+def materialize(module: nn.Module) -> None:
+    """Evaluate every array the module holds: its parameters and the private ones
+    ``parameters()`` leaves out (llama3 RoPE's ``_freqs``, made lazily when the model is built).
+    A lazy array belongs to the stream of the thread that made it; left for overlap mode's
+    prefill thread to evaluate first, it fails there ("There is no Stream(gpu, 0) in current
+    thread", mlx CUDA). Already evaluated arrays cost nothing."""
+    private = [v for m in module.modules() for k, v in m.items() if k.startswith("_") and isinstance(v, mx.array)]
+    mx.eval(module.parameters(), private)
+
+
 def load_model(
     name_or_path: Union[str, Path],
     *,
@@ -198,6 +208,6 @@ def load_model(
     module.set_dtype(dt)  # lazily: float32 random weights never all materialize
     if bits is not None and config.get("quantization") is None:
         _quantize(module, config, bits, group_size)
-    mx.eval(module.parameters())
+    materialize(module)
     return LoadedModel(module=module, config=config, name=name, dtype=dt, bits=bits, group_size=group_size,
                        seed=seed, num_params=num_params)

@@ -125,6 +125,25 @@ def thread_totals(rows: Sequence[tuple], thread: str, w0: float, w1: float) -> D
     return {**out, "calls": calls, "window_s": w1 - w0}
 
 
+def slowest_steps(rows: Sequence[tuple], w0: float, w1: float, n: int = 3) -> List[dict]:
+    """The ``n`` longest main-thread steps inside [w0, w1]: their milliseconds and, inside each,
+    the main thread's parts (model call, async_eval, token read, and the rest: planning and
+    hand-over) and what the prefill thread spent in the same span (host: model calls less their
+    evaluations; eval: waiting for the device) -- which of the two threads, and which resource,
+    a long gap in the chat comes from."""
+    steps = sorted((r for r in rows if r[0] == "MainThread" and r[1] == "step" and w0 <= r[2] < w1),
+                   key=lambda r: r[3] - r[2], reverse=True)[:n]
+    out = []
+    for _, _, a, b in steps:
+        main = thread_totals(rows, "MainThread", a, b)
+        pre = thread_totals(rows, "mlxlab-prefill", a, b)
+        parts = {k: 1e3 * main[k] for k in ("model", "async_eval", "flush")}
+        parts["rest"] = 1e3 * (b - a) - sum(parts.values())
+        out.append({"step_ms": 1e3 * (b - a), "main_ms": parts,
+                    "prefill_ms": {"host": 1e3 * pre["host"], "eval": 1e3 * pre["eval"]}})
+    return out
+
+
 def _run_solo(model, spec, chat_prompt, max_chat) -> dict:
     eng = make_executor(model, spec, "off")
     ev = _Events()
@@ -159,13 +178,16 @@ def _run_together(model, spec, chat_prompt, doc_prompt, max_chat) -> dict:
         return submit(*a, **k)
 
     eng.submit = timed_submit
+    eng.step = ev.timed("step", eng.step)
     with instrumented(eng, ev):
         res = together(eng, chat_prompt, doc_prompt, max_chat)
+    del eng.step
     w0 = arrivals[1]
     w1 = w0 + res["ttft_s"]
     steps = res["chat_tokens_in_window"]
     return {"main": thread_totals(ev.rows, "MainThread", w0, w1),
             "prefill": thread_totals(ev.rows, "mlxlab-prefill", w0, w1), "ttft_s": res["ttft_s"],
+            "slowest_steps": slowest_steps(ev.rows, w0, w1),
             "steps": steps, "itl_p50_ms": 1e3 * pct(res["gaps"], 50), "itl_p99_ms": 1e3 * pct(res["gaps"], 99)}
 
 
@@ -212,9 +234,17 @@ def profile_setting(model, spec: dict, chat_prompt: List[int], doc_prompt: List[
         # the TTFT's growth split by where the prefill thread spent it (the rest: between chunks,
         # waiting for the main thread to hand the next one over)
         "ttft_growth_s": {"total": grow, "host_gil": pre_tog["host"] - pre_alone["host"],
-                          "device": pre_tog["eval"] - pre_alone["eval"]},
+                          "device": pre_tog["eval"] - pre_alone["eval"],
+                          "between_jobs": grow - (pre_tog["host"] - pre_alone["host"])
+                          - (pre_tog["eval"] - pre_alone["eval"])},
+        "slowest_steps": [st for r in t for st in r["slowest_steps"]],
         "runs": runs,
     }
+
+
+def _fmt(parts: Dict[str, float], total: Optional[float] = None) -> str:
+    head = f"{total:.1f}=" if total is not None else ""
+    return head + "/".join(f"{k[:5]} {v:.2f}" for k, v in parts.items())
 
 
 def overlap_profile(model, *, doc_tokens: int, chat_context: int, settings: Sequence[str] = ("overlap-2048",),
@@ -251,8 +281,9 @@ def overlap_profile(model, *, doc_tokens: int, chat_context: int, settings: Sequ
                     print(f"  {key}: ITL p99 {r['chat_itl_p99_ms']['together']:.2f}/{r['chat_itl_p99_ms']['solo']:.2f} ms, "
                           f"TTFT {r['doc_ttft_s']['together']:.3f}/{r['doc_ttft_s']['alone']:.3f} s; growth "
                           f"{r['ttft_growth_s']['total']:.3f} s = host {r['ttft_growth_s']['host_gil']:.3f} + device "
-                          f"{r['ttft_growth_s']['device']:.3f}; chat step together {r['chat_step_ms']['together']} "
-                          f"solo {r['chat_step_ms']['solo']}", flush=True)
+                          f"{r['ttft_growth_s']['device']:.3f} + between jobs {r['ttft_growth_s']['between_jobs']:.3f}; chat step "
+                          f"together {_fmt(r['chat_step_ms']['together'])} solo {_fmt(r['chat_step_ms']['solo'])}; "
+                          f"slowest {[_fmt(st['main_ms'], st['step_ms']) for st in r['slowest_steps'][:3]]}", flush=True)
     finally:
         sys.setswitchinterval(default)
     return {"runs": out, "wall_s": time.perf_counter() - t0,
