@@ -419,3 +419,23 @@ def test_overlap_on_a_module_with_lazy_private_arrays_equals_generate_step():
     assert req.done
     # the oracle runs after the engine, so the prefill thread was the first to meet _freqs
     assert_matches(req.output_tokens, reference(types.SimpleNamespace(module=module), prompt, 6))
+
+
+def test_overlap_first_token_is_sampled_on_the_prefill_thread_and_a_one_token_request_never_joins(tiny):
+    """In overlap mode a finished prefill's first token comes from the prefill thread (its own
+    cache, batch 1): a one-token request beside a decoding chat is done without ever joining the
+    batch (the chat's rows stay one even cache), and both equal generate_step."""
+    chat_prompt, doc_prompt = list(range(3, 40)), list(range(50, 150))
+    with Engine(tiny, chunk_size=32, overlap=True) as eng:
+        chat = eng.submit(chat_prompt, 24)
+        while len(chat.output_tokens) < 4:
+            eng.step()
+        doc = eng.submit(doc_prompt, 1)
+        while not doc.done:
+            eng.step()
+            assert len(eng._decoding) == 1  # the document never joined the chat's batch
+        assert eng._batch.even
+        eng.run()
+    assert doc.output_tokens == reference(tiny, doc_prompt, 1)[0]
+    assert_matches(chat.output_tokens, reference(tiny, chat_prompt, 24))
+    assert not any(doc.id in s.decode_seqs for s in eng.steps)  # no batch decode ever ran it

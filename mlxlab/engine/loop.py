@@ -46,6 +46,7 @@ from mlxlab.engine.batch import (
 )
 from mlxlab.engine.fused import can_fuse, packed_forward
 from mlxlab.engine.overlap import OVERLAP_SYNCS, DecodePacer, PrefillWorker
+from mlxlab.engine.overlap_steps import OverlapSteps
 from mlxlab.engine.warmup import warmup as run_warmup
 from mlxlab.policies import make_policy, next_plan, with_key_align
 from mlxlab.policies.base import Policy
@@ -84,7 +85,7 @@ def _check_options(overlap, overlap_sync, fuse, byte_limits: Dict[str, Optional[
         raise ValueError(f"fuse must be None, True or False, got {fuse!r}")
 
 
-class Engine(PlanExecutor):
+class Engine(OverlapSteps, PlanExecutor):
     """Continuous-batching engine over an mlx-lm model.
 
     Args:
@@ -314,7 +315,9 @@ class Engine(PlanExecutor):
                 self._solo.append(s)
         plain = [s for s in ready if s.kv is None]
         if plain:
-            self._batch.join([s.cache for s in plain], mx.array([s.req.prompt[-1] for s in plain], dtype=mx.uint32))
+            # the next input: the last prompt token, or the first output if it was sampled on the prefill thread
+            inputs = [s.req.output_tokens[-1] if s.issued else s.req.prompt[-1] for s in plain]
+            self._batch.join([s.cache for s in plain], mx.array(inputs, dtype=mx.uint32))
             for s in plain:
                 s.cache = None
             self._decoding.extend(plain)
@@ -439,68 +442,3 @@ class Engine(PlanExecutor):
     def _prefill_done(self, seq: SequenceState) -> None:
         presize(seq.cache, None)  # decoding grows the cache by mlx-lm's step again
         super()._prefill_done(seq)
-
-    # ------------------------------------------------------------------ overlap mode
-    def _step_overlap(self) -> Optional[StepRecord]:
-        while True:
-            self._collect()
-            plan = next_plan(self.policy, self.state())
-            handed = None
-            if plan.prefill and not self._prefill.busy:  # a busy worker skips this step's chunks
-                handed = self._new_record("prefill", self.now(), thread="prefill")
-                self._prefill.hand_over(handed, self._job_chunks(plan.prefill))
-            rec = None
-            if plan.decode:
-                pause = self._pacer.delay_s(self.now(), self._prefill.busy)
-                if pause > 0:  # hand out the last tokens, then give the prefill thread the time
-                    self._flush()
-                    time.sleep(pause)
-                self._pacer.started(self.now(), self._prefill.busy)
-                rec = self._new_record("decode", self.now())
-                self._decode(rec, defer=True)  # its tokens are read during the next step
-                if not rec.decode_seqs:
-                    self._drop_record(rec)
-                    rec = None
-            else:
-                self._flush()
-            if rec is not None or handed is not None:
-                return rec if rec is not None else handed
-            if not self._prefill.busy:
-                return None
-            self._collect(wait=True)  # nothing could run: wait for the worker, then plan again
-
-    def _job_chunks(self, prefill) -> list:
-        """The plan's chunks, each followed by up to ``overlap_job_chunks - 1`` more chunks (of
-        ``chunk_size``) of the same prompt: one hand-over, so the prefill thread does not wait a
-        decode step for the main thread between them."""
-        out = []
-        for i, n in prefill:
-            seq = self._seqs[i]
-            out.append((seq, n))
-            left = seq.prefill_tokens - seq.prefilled - n
-            for _ in range(self.overlap_job_chunks - 1):
-                if left <= 0:
-                    break
-                out.append((seq, min(self.chunk_size, left)))
-                left -= out[-1][1]
-        return out
-
-    def _prefill_job(self, rec: StepRecord, chunks) -> List[SequenceState]:
-        """The prefill worker's job (on its thread): run the handed-over chunks, timed in ``rec``;
-        returns the sequences whose prefill finished."""
-        rec.start_s = self.now()
-        try:
-            return [seq for seq, n in chunks if self._run_chunk(seq, n, rec, sync=self.overlap_sync)]
-        finally:
-            rec.end_s = self.now()
-
-    def _collect(self, wait: bool = False) -> None:
-        """Take back the worker's finished job (waiting for it if ``wait``): its sequences return
-        to the main thread, finished prefills become ready, its record goes to the policy."""
-        done = self._prefill.collect(wait)
-        if done is None:
-            return
-        rec, finished = done
-        for seq in finished:
-            self._prefill_done(seq)
-        self._observe(rec)

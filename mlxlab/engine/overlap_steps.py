@@ -1,0 +1,107 @@
+"""Overlap mode's side of the engine (``Engine(..., overlap=True)``): the main thread's step, the
+jobs it hands the prefill thread (:mod:`mlxlab.engine.overlap` has the thread, the hand-over
+protocol and the pacer) and the collection of their results. A mixin of
+:class:`mlxlab.engine.loop.Engine`, whose state it uses; split from it to keep each module short.
+"""
+
+from __future__ import annotations
+
+import time
+from typing import List, Optional
+
+import mlx.core as mx
+
+from mlxlab.core.request import SequenceState, StepRecord
+from mlxlab.policies import next_plan
+
+
+class OverlapSteps:
+    """The engine's overlap-mode methods (see the module docstring)."""
+
+    def _step_overlap(self) -> Optional[StepRecord]:
+        while True:
+            self._collect()
+            plan = next_plan(self.policy, self.state())
+            handed = None
+            if plan.prefill and not self._prefill.busy:  # a busy worker skips this step's chunks
+                handed = self._new_record("prefill", self.now(), thread="prefill")
+                self._prefill.hand_over(handed, self._job_chunks(plan.prefill))
+            rec = None
+            if plan.decode:
+                pause = self._pacer.delay_s(self.now(), self._prefill.busy)
+                if pause > 0:  # hand out the last tokens, then give the prefill thread the time
+                    self._flush()
+                    time.sleep(pause)
+                self._pacer.started(self.now(), self._prefill.busy)
+                rec = self._new_record("decode", self.now())
+                self._decode(rec, defer=True)  # its tokens are read during the next step
+                if not rec.decode_seqs:
+                    self._drop_record(rec)
+                    rec = None
+            else:
+                self._flush()
+            if rec is not None or handed is not None:
+                return rec if rec is not None else handed
+            if not self._prefill.busy:
+                return None
+            self._collect(wait=True)  # nothing could run: wait for the worker, then plan again
+
+    def _job_chunks(self, prefill) -> list:
+        """The plan's chunks, each followed by up to ``overlap_job_chunks - 1`` more chunks (of
+        ``chunk_size``) of the same prompt: one hand-over, so the prefill thread does not wait a
+        decode step for the main thread between them."""
+        out = []
+        for i, n in prefill:
+            seq = self._seqs[i]
+            out.append((seq, n))
+            left = seq.prefill_tokens - seq.prefilled - n
+            for _ in range(self.overlap_job_chunks - 1):
+                if left <= 0:
+                    break
+                out.append((seq, min(self.chunk_size, left)))
+                left -= out[-1][1]
+        return out
+
+    def _prefill_job(self, rec: StepRecord, chunks) -> List[SequenceState]:
+        """The prefill worker's job (on its thread): run the handed-over chunks, timed in ``rec``;
+        returns the sequences whose prefill finished."""
+        rec.start_s = self.now()
+        try:
+            finished = [seq for seq, n in chunks if self._run_chunk(seq, n, rec, sync=self.overlap_sync)]
+            for seq in finished:
+                if seq.kv is None and self.prefix_cache is None:
+                    self._first_token(seq)
+            return finished
+        finally:
+            rec.end_s = self.now()
+
+    def _first_token(self, seq: SequenceState) -> None:
+        """On the prefill thread: the sequence's first decode forward on its own cache (batch 1, no
+        padding: what ``generate_step`` runs), its token kept in ``seq.first_token`` for the main
+        thread to deliver. Its first token then waits neither for a decode step of the batch nor
+        for the join, which left-pads every row to the longest and, for a long document beside a
+        chat, stalled the chat for two steps in the H200 runs (``probes/overlap_profile.py``); a
+        one-token request never joins at all. Not for quantized-KV rows (they decode alone anyway)
+        or with a prefix cache (a finished row is remembered from the batch)."""
+        logits = self.module(mx.array([[seq.req.prompt[-1]]]), cache=seq.cache)[:, -1, :]
+        token = self.sampler(logits)
+        mx.eval(token, [c.state for c in seq.cache])
+        seq.first_token = int(token.item())
+
+    def _collect(self, wait: bool = False) -> None:
+        """Take back the worker's finished job (waiting for it if ``wait``): its sequences return
+        to the main thread, finished prefills become ready, its record goes to the policy."""
+        done = self._prefill.collect(wait)
+        if done is None:
+            return
+        rec, finished = done
+        for seq in finished:
+            self._prefill_done(seq)
+            if seq.first_token is not None:  # sampled on the prefill thread: delivered now
+                token, seq.first_token = seq.first_token, None
+                seq.issued += 1
+                self._deliver(rec, [seq], [token], self.now())
+                if seq.req.done:  # a one-token request (or a stop token): it never joins the batch
+                    self._ready.remove(seq)
+                    seq.cache = None
+        self._observe(rec)
