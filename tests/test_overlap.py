@@ -421,9 +421,9 @@ def test_overlap_on_a_module_with_lazy_private_arrays_equals_generate_step():
     assert_matches(req.output_tokens, reference(types.SimpleNamespace(module=module), prompt, 6))
 
 
-def test_overlap_first_token_is_sampled_on_the_prefill_thread_and_a_one_token_request_never_joins(tiny):
-    """In overlap mode a finished prefill's first token comes from the prefill thread (its own
-    cache, batch 1): a one-token request beside a decoding chat is done without ever joining the
+def test_overlap_first_token_is_sampled_on_its_own_cache_and_a_one_token_request_never_joins(tiny):
+    """In overlap mode a finished prefill's first token comes from a forward on its own cache
+    (batch 1) as the prefill is collected: a one-token request beside a decoding chat is done without ever joining the
     batch (the chat's rows stay one even cache), and both equal generate_step."""
     chat_prompt, doc_prompt = list(range(3, 40)), list(range(50, 150))
     with Engine(tiny, chunk_size=32, overlap=True) as eng:

@@ -67,26 +67,23 @@ class OverlapSteps:
         returns the sequences whose prefill finished."""
         rec.start_s = self.now()
         try:
-            finished = [seq for seq, n in chunks if self._run_chunk(seq, n, rec, sync=self.overlap_sync)]
-            for seq in finished:
-                if seq.kv is None and self.prefix_cache is None:
-                    self._first_token(seq)
-            return finished
+            return [seq for seq, n in chunks if self._run_chunk(seq, n, rec, sync=self.overlap_sync)]
         finally:
             rec.end_s = self.now()
 
-    def _first_token(self, seq: SequenceState) -> None:
-        """On the prefill thread: the sequence's first decode forward on its own cache (batch 1, no
-        padding: what ``generate_step`` runs), its token kept in ``seq.first_token`` for the main
-        thread to deliver. Its first token then waits neither for a decode step of the batch nor
-        for the join, which left-pads every row to the longest and, for a long document beside a
-        chat, stalled the chat for two steps in the H200 runs (``probes/overlap_profile.py``); a
-        one-token request never joins at all. Not for quantized-KV rows (they decode alone anyway)
-        or with a prefix cache (a finished row is remembered from the batch)."""
+    def _first_token(self, seq: SequenceState) -> int:
+        """On the main thread, as the prefill comes back: the sequence's first decode forward on its
+        own cache (batch 1, no padding: what ``generate_step`` runs) and its token. That token then
+        waits neither for a decode step of the batch nor for the join, which left-pads every row to
+        the longest and, for a long document beside a chat, stalled the chat for two steps in the
+        H200 runs (``probes/overlap_profile.py``); a one-token request never joins at all. Not on
+        the prefill thread: a batch-1 forward there beside the chat's made mlx's cuDNN attention
+        fail (CUDNN_STATUS_EXECUTION_FAILED_CUDA_DRIVER, H200). Not for quantized-KV rows (they
+        decode alone anyway) or with a prefix cache (a finished row is remembered from the batch)."""
         logits = self.module(mx.array([[seq.req.prompt[-1]]]), cache=seq.cache)[:, -1, :]
         token = self.sampler(logits)
         mx.eval(token, [c.state for c in seq.cache])
-        seq.first_token = int(token.item())
+        return int(token.item())
 
     def _collect(self, wait: bool = False) -> None:
         """Take back the worker's finished job (waiting for it if ``wait``): its sequences return
@@ -97,8 +94,8 @@ class OverlapSteps:
         rec, finished = done
         for seq in finished:
             self._prefill_done(seq)
-            if seq.first_token is not None:  # sampled on the prefill thread: delivered now
-                token, seq.first_token = seq.first_token, None
+            if seq.kv is None and self.prefix_cache is None:
+                token = self._first_token(seq)
                 seq.issued += 1
                 self._deliver(rec, [seq], [token], self.now())
                 if seq.req.done:  # a one-token request (or a stop token): it never joins the batch
