@@ -31,8 +31,20 @@ def main(argv=None) -> int:
     p.add_argument("--switch", nargs="+", default=["default", "0.0005"],
                    help="GIL switch intervals in seconds, or 'default' (default: %(default)s)")
     p.add_argument("--repeats", type=int, default=3, help="runs of each (the first dropped) (default: %(default)s)")
+    p.add_argument("--rescore", default=None, metavar="FILE",
+                   help="recompute the TTFT growth split of a saved profile in place (no device)")
     args = common.parse(p, argv)
-    from mlxlab.studies.overlap_profile import overlap_profile
+    from mlxlab.studies.overlap_profile import overlap_profile, rescore
+
+    if args.rescore:
+        import json
+
+        from mlxlab.core.results import dumps
+
+        doc = rescore(json.loads(open(args.rescore).read()))
+        open(args.rescore, "w").write(dumps(doc) + "\n")
+        common.log("overlap_profile", f"rescored {args.rescore}")
+        return 0
 
     intervals = [None if s == "default" else float(s) for s in args.switch]
     out = {}

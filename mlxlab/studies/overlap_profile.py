@@ -196,6 +196,31 @@ def _per_step_ms(t: Dict[str, float], steps: int) -> Dict[str, float]:
     return {k: 1e3 * t[k] / n for k in ("model", "async_eval", "flush", "host") if k in t}
 
 
+def growth_parts(alone: Dict[str, float], together: Dict[str, float], ttft_alone: float,
+                 ttft_together: float) -> Dict[str, float]:
+    """The document's TTFT growth beside the chat (s), split by where the prefill thread spent it,
+    from its seconds alone and together (``host``, ``eval``, ``model`` of :func:`thread_totals`):
+    ``python`` (building the graph, holding the GIL or waiting for it), ``device_wait`` (inside
+    ``eval``), ``dispatch`` (the rest of its model calls: ``async_eval`` handing layers to the
+    device, GIL released) and ``outside_calls`` (the window less the model calls: waiting for the
+    main thread to hand over or collect, and the first token)."""
+    d = {k: together[k] - alone[k] for k in ("host", "eval", "model")}
+    total = ttft_together - ttft_alone
+    return {"total": total, "python": d["host"], "device_wait": d["eval"],
+            "dispatch": d["model"] - d["host"] - d["eval"], "outside_calls": total - d["model"]}
+
+
+def rescore(doc: dict) -> dict:
+    """Recompute every ``ttft_growth_s`` of a saved profile from its stored seconds (the split
+    above), in place; returns ``doc``."""
+    for preset in doc["presets"].values():
+        for r in preset["runs"].values():
+            p = r["prefill_thread_s"]
+            r["ttft_growth_s"] = growth_parts(p["alone"], p["together"], r["doc_ttft_s"]["alone"],
+                                              r["doc_ttft_s"]["together"])
+    return doc
+
+
 def _med(runs: List[dict], *path) -> float:
     vals = []
     for r in runs:
@@ -224,19 +249,13 @@ def profile_setting(model, spec: dict, chat_prompt: List[int], doc_prompt: List[
     pre_alone = {k: _med(a, "prefill", k) for k in ("host", "eval", "model")}
     pre_tog = {k: _med(t, "prefill", k) for k in ("host", "eval", "model")}
     ttft_alone, ttft_tog = _med(a, "ttft_s"), _med(t, "ttft_s")
-    grow = ttft_tog - ttft_alone
     return {
         "chat_itl_p50_ms": {"solo": _med(s, "itl_p50_ms"), "together": _med(t, "itl_p50_ms")},
         "chat_itl_p99_ms": {"solo": _med(s, "itl_p99_ms"), "together": _med(t, "itl_p99_ms")},
         "chat_step_ms": {"solo": chat_solo, "together": chat_tog},
         "doc_ttft_s": {"alone": ttft_alone, "together": ttft_tog, "over_alone": ttft_tog / ttft_alone},
         "prefill_thread_s": {"alone": pre_alone, "together": pre_tog},
-        # the TTFT's growth split by where the prefill thread spent it (the rest: between chunks,
-        # waiting for the main thread to hand the next one over)
-        "ttft_growth_s": {"total": grow, "host_gil": pre_tog["host"] - pre_alone["host"],
-                          "device": pre_tog["eval"] - pre_alone["eval"],
-                          "between_jobs": grow - (pre_tog["host"] - pre_alone["host"])
-                          - (pre_tog["eval"] - pre_alone["eval"])},
+        "ttft_growth_s": growth_parts(pre_alone, pre_tog, ttft_alone, ttft_tog),
         "slowest_steps": [st for r in t for st in r["slowest_steps"]],
         "runs": runs,
     }
@@ -280,8 +299,7 @@ def overlap_profile(model, *, doc_tokens: int, chat_context: int, settings: Sequ
                     r = out[key]
                     print(f"  {key}: ITL p99 {r['chat_itl_p99_ms']['together']:.2f}/{r['chat_itl_p99_ms']['solo']:.2f} ms, "
                           f"TTFT {r['doc_ttft_s']['together']:.3f}/{r['doc_ttft_s']['alone']:.3f} s; growth "
-                          f"{r['ttft_growth_s']['total']:.3f} s = host {r['ttft_growth_s']['host_gil']:.3f} + device "
-                          f"{r['ttft_growth_s']['device']:.3f} + between jobs {r['ttft_growth_s']['between_jobs']:.3f}; chat step "
+                          f"{_fmt(r['ttft_growth_s'])}; chat step "
                           f"together {_fmt(r['chat_step_ms']['together'])} solo {_fmt(r['chat_step_ms']['solo'])}; "
                           f"slowest {[_fmt(st['main_ms'], st['step_ms']) for st in r['slowest_steps'][:3]]}", flush=True)
     finally:
