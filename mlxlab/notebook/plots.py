@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import math
 from pathlib import Path
 from typing import Iterable, Optional, Sequence
 
@@ -51,34 +52,84 @@ def save_figure(chart: alt.TopLevelMixin, name: str, folder: "str | Path",
     return paths
 
 
+def log_ticks(lo: float, hi: float) -> list:
+    """Tick values for a log axis covering ``lo``..``hi`` widened to whole decades (the domain
+    vega's ``nice`` log scale draws): the powers of ten when that spans more than three decades,
+    1-2-5 in each decade up to three, 1-2-3-5-7 within one. Vega's own log ticks (1, 2, 3, 4, ...
+    every decade) print on top of each other on a short axis."""
+    if not (lo > 0 and hi > 0) or not (math.isfinite(lo) and math.isfinite(hi)):
+        raise ValueError(f"a log axis needs finite positive bounds, got {lo}..{hi}")
+    lo, hi = min(lo, hi), max(lo, hi)
+    d0, d1 = math.floor(math.log10(lo)), math.ceil(math.log10(hi))
+    d1 = max(d1, d0 + 1)
+    span = d1 - d0
+    steps = (1,) if span > 3 else (1, 2, 5) if span > 1 else (1, 2, 3, 5, 7)
+    return [float(f"{m * 10.0 ** d:.12g}") for d in range(d0, d1) for m in steps] + [float(f"{10.0 ** d1:.12g}")]
+
+
+def log_axis(values: Iterable[float], **axis) -> alt.Axis:
+    """An axis for a log scale whose ticks (:func:`log_ticks`) span the finite positive
+    ``values`` (the data, with any error bars); other ``alt.Axis`` options pass through."""
+    vals = [float(v) for v in values if v is not None and math.isfinite(float(v)) and float(v) > 0]
+    if not vals:
+        raise ValueError("a log axis needs at least one positive value")
+    return alt.Axis(values=log_ticks(min(vals), max(vals)), **axis)
+
+
 def lines(df: pd.DataFrame, x: str, y: str, color: Optional[str] = None, *, title: str = "",
-          x_title: Optional[str] = None, y_title: Optional[str] = None, log_x: bool = False,
-          log_y: bool = False, points: bool = True, tooltip: Optional[Iterable[str]] = None) -> alt.Chart:
-    """A line chart (one line per ``color`` value) with points."""
+          x_title: Optional[str] = None, y_title: Optional[str] = None, color_title: Optional[str] = None,
+          color_sort: Optional[Sequence] = None, log_x: bool = False, log_y: bool = False, points: bool = True,
+          tooltip: Optional[Iterable[str]] = None) -> alt.Chart:
+    """A line chart (one line per ``color`` value) with points. Pass readable axis and legend
+    titles (``x_title``, ``y_title``, ``color_title``, with units): the column names are the
+    defaults; ``color_sort`` orders the legend. A log x axis is ticked at the values it holds
+    (the sweep's settings)."""
     xs = alt.Scale(type="log", base=2) if log_x else alt.Scale(zero=False)
     ys = alt.Scale(type="log") if log_y else alt.Scale(zero=False)
+    x_axis = alt.Axis(values=sorted(float(v) for v in df[x].unique())) if log_x else alt.Axis()
+    y_axis = log_axis(df[y]) if log_y else alt.Axis()
     enc = {
-        "x": alt.X(f"{x}:Q", title=x_title or x, scale=xs),
-        "y": alt.Y(f"{y}:Q", title=y_title or y, scale=ys),
+        "x": alt.X(f"{x}:Q", title=x_title or x, scale=xs, axis=x_axis),
+        "y": alt.Y(f"{y}:Q", title=y_title or y, scale=ys, axis=y_axis),
         "tooltip": list(tooltip or [c for c in (x, y, color) if c]),
     }
     if color:
-        enc["color"] = alt.Color(f"{color}:N", title=color)
+        enc["color"] = alt.Color(f"{color}:N", title=color_title or color,
+                                 sort=list(color_sort) if color_sort is not None else "ascending")
     return alt.Chart(df, title=title).mark_line(point=points).encode(**enc)
 
 
-def marker(x_value: float, *, color: str = "#c0392b") -> alt.Chart:
-    """A vertical rule at ``x_value`` (the slider's current setting)."""
-    return alt.Chart(pd.DataFrame({"x": [x_value]})).mark_rule(color=color, strokeWidth=2, strokeDash=[4, 3]).encode(x="x:Q")
+def vrule(x_value: float, label: str = "", *, color: str = "#7f8c8d", dash: Sequence[int] = (4, 3),
+          width: float = 1.0, align: str = "center") -> alt.LayerChart:
+    """A vertical reference line at ``x_value``; ``label`` (what the line is) is written above
+    the plot area, where it cannot cover the data (``align="left"`` starts it at the line, for a
+    line near the left edge)."""
+    base = alt.Chart(pd.DataFrame({"x": [x_value], "label": [label]}))
+    rule = base.mark_rule(color=color, strokeDash=list(dash), strokeWidth=width).encode(x="x:Q")
+    if not label:
+        return rule
+    return rule + base.mark_text(color=color, fontSize=10, dy=-4, baseline="bottom", align=align,
+                                 dx=2 if align == "left" else 0).encode(x="x:Q", y=alt.value(0), text="label:N")
 
 
-def hline(y_value: float, label: str = "", *, color: str = "#7f8c8d") -> alt.Chart:
-    """A horizontal reference line with an optional label."""
+def marker(x_value: float, label: str = "", *, color: str = "#c0392b") -> alt.Chart:
+    """A vertical rule at ``x_value`` (the slider's current setting), labelled above the plot
+    with ``label`` (e.g. "slider: 1,024 tokens")."""
+    return vrule(x_value, label, color=color, dash=(4, 3), width=2)
+
+
+def hline(y_value: float, label: str = "", *, color: str = "#7f8c8d", align: str = "left") -> alt.Chart:
+    """A horizontal reference line with an optional label (what the line is) just above it, at
+    the left of the plot (``align="right"``: at the right, where the data leave room)."""
+    if align not in ("left", "right"):
+        raise ValueError(f"hline align must be 'left' or 'right', got {align!r}")
     base = alt.Chart(pd.DataFrame({"y": [y_value], "label": [label]}))
     rule = base.mark_rule(color=color, strokeDash=[2, 2]).encode(y="y:Q")
     if not label:
         return rule
-    return rule + base.mark_text(align="left", dx=4, dy=-6, color=color, fontSize=10).encode(y="y:Q", text="label:N", x=alt.value(0))
+    at = alt.value(0) if align == "left" else alt.value("width")
+    return rule + base.mark_text(align=align, dx=4 if align == "left" else -4, dy=-6, color=color, fontSize=10).encode(
+        y="y:Q", text="label:N", x=at)
 
 
 def token_timeline(token_times: pd.DataFrame, *, title: str = "Token timeline", gap_threshold_s: Optional[float] = None) -> alt.Chart:
@@ -98,7 +149,7 @@ def token_timeline(token_times: pd.DataFrame, *, title: str = "Token timeline", 
 
 
 def ratio_bars(df: pd.DataFrame, category: str, ratio: str, *, color: Optional[str] = None,
-               title: str = "", reference: float = 1.0) -> alt.Chart:
+               title: "str | alt.TitleParams" = "", reference: float = 1.0) -> alt.Chart:
     """Horizontal bars of a ratio (mlxlab / mlx-lm) with a labelled rule at ``reference`` (equal
     to mlx-lm); ``color`` names the column whose values the legend shows, as given (pass readable
     values, not field names)."""

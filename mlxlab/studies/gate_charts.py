@@ -10,7 +10,7 @@ from typing import Dict, Optional, Sequence
 import altair as alt
 import pandas as pd
 
-from mlxlab.notebook.plots import PALETTE, use_theme
+from mlxlab.notebook.plots import PALETTE, log_axis, use_theme
 
 use_theme()
 
@@ -45,12 +45,16 @@ def tradeoff_chart(table, *, ref_chunk: int, workers: Optional[Sequence[int]] = 
                    policies: Sequence[str] = ORDER[:3]) -> alt.VConcatChart:
     """One row per worker count: the long prompts' TTFT premium over the floor (W alone floors)
     and the chat's ITL p99 (pooled over repeats; bars: the repeats' own p99 from lowest to highest)
-    against the chunk size, one line per policy; the shaded band is the counterpart of the seed's
-    512-1,024-token sweet spot, the grey band on the premium its 15-30%."""
+    against the chunk size, one line per policy. The green band, labelled, is the counterpart of
+    the seed's 512-1,024-token sweet spot (``ref_chunk`` / 4 to / 2); the grey band on the premium,
+    labelled, is the seed's published 15-30%."""
     df = _frame(table)
     df = df[df.policy.isin(policies)]
-    band = pd.DataFrame({"lo": [ref_chunk / 4], "hi": [ref_chunk / 2]})
+    band = pd.DataFrame({"lo": [ref_chunk / 4], "hi": [ref_chunk / 2],
+                         "label": [f"seed's 512-1,024 sweet spot, scaled: {ref_chunk // 4}-{ref_chunk // 2}"]})
     color = alt.Color("policy:N", scale=_colors(df.policy), title="policy")
+    itl_cols = [c for c in ("chat_itl_p99_pooled_ms", "chat_itl_p99_ms_lo", "chat_itl_p99_ms_hi") if c in df]
+    itl_axis = log_axis(df[itl_cols].to_numpy().ravel()) if len(df) else alt.Axis()
     rows = []
     for w in workers or sorted(df.workers.unique()):
         d = df[df.workers == w]
@@ -58,23 +62,28 @@ def tradeoff_chart(table, *, ref_chunk: int, workers: Optional[Sequence[int]] = 
             continue
         x = _chunk_axis(d.chunk_size.unique(), ref_chunk)
         shade = alt.Chart(band).mark_rect(opacity=0.12, color="#2f9e6e").encode(x="lo:Q", x2="hi:Q")
-        seed = alt.Chart(pd.DataFrame({"y": [15], "y2": [30]})).mark_rect(opacity=0.15, color="gray").encode(
-            y="y:Q", y2="y2:Q")
+        shade_label = alt.Chart(band).mark_text(color="#2f9e6e", fontSize=9, dy=-4, baseline="bottom").encode(
+            x=alt.X("mid:Q"), y=alt.value(0), text="label:N").transform_calculate(
+            mid="sqrt(datum.lo * datum.hi)")  # the middle of the band on the log axis
+        seed = alt.Chart(pd.DataFrame({"y": [15], "y2": [30], "label": ["seed's published +15-30%"]}))
+        seed = seed.mark_rect(opacity=0.15, color="gray").encode(y="y:Q", y2="y2:Q") + seed.mark_text(
+            color="#555", fontSize=9, align="right", baseline="top", dx=-3, dy=3).encode(
+            y="y2:Q", x=alt.value(300), text="label:N")
         base = alt.Chart(d).encode(x=x, color=color)
         prem_t = "long-prompt TTFT over the floor (%)"
         prem_y = alt.Y("ttft_over_floor_pct:Q", title=prem_t)
-        prem = (shade + seed + base.mark_line(point=True).encode(
+        prem = (shade + shade_label + seed + base.mark_line(point=True).encode(
             y=prem_y, tooltip=["policy", "chunk_size", "workers", alt.Tooltip("long_ttft_s:Q", format=".3f"),
                                alt.Tooltip("ttft_over_floor_pct:Q", format=".1f")])
                 + base.mark_errorbar().encode(y=alt.Y("ttft_over_floor_pct_lo:Q", title=prem_t),
                                               y2="ttft_over_floor_pct_hi:Q"))
         itl_t = "chat ITL p99 (ms)"
-        itl_y = alt.Y("chat_itl_p99_pooled_ms:Q", scale=alt.Scale(type="log"), title=itl_t)
-        itl = (shade + base.mark_line(point=True).encode(
+        itl_y = alt.Y("chat_itl_p99_pooled_ms:Q", scale=alt.Scale(type="log"), title=itl_t, axis=itl_axis)
+        itl = (shade + shade_label + base.mark_line(point=True).encode(
             y=itl_y, tooltip=["policy", "chunk_size", "workers", alt.Tooltip("chat_itl_p99_pooled_ms:Q", format=".1f"),
                               alt.Tooltip("chat_worst_gap_ms:Q", format=".1f")])
                + base.mark_errorbar().encode(y=alt.Y("chat_itl_p99_ms_lo:Q", scale=alt.Scale(type="log"),
-                                                     title=itl_t), y2="chat_itl_p99_ms_hi:Q"))
+                                                     title=itl_t, axis=itl_axis), y2="chat_itl_p99_ms_hi:Q"))
         title = f"{w} long prompt{'s' if w > 1 else ''} beside the chat"
         rows.append(alt.hconcat(prem.properties(width=300, height=200),
                                 itl.properties(width=300, height=200), title=title))
@@ -83,13 +92,15 @@ def tradeoff_chart(table, *, ref_chunk: int, workers: Optional[Sequence[int]] = 
 
 def plane_chart(table) -> alt.HConcatChart:
     """The long prompts' TTFT premium over the floor against the chat's ITL p99, one panel per
-    worker count; each policy's points joined in chunk order and labelled with the chunk size."""
+    worker count; each policy's points joined in chunk order and labelled with the chunk size
+    (the subtitle says so)."""
     df = _frame(table)
     panels = []
     for w in sorted(df.workers.unique()):
         d = df[df.workers == w].sort_values("chunk_size")
         base = alt.Chart(d).encode(
-            x=alt.X("chat_itl_p99_pooled_ms:Q", scale=alt.Scale(type="log"), title="chat ITL p99 (ms)"),
+            x=alt.X("chat_itl_p99_pooled_ms:Q", scale=alt.Scale(type="log"), title="chat ITL p99 (ms)",
+                    axis=log_axis(df.chat_itl_p99_pooled_ms)),
             y=alt.Y("ttft_over_floor_pct:Q", title="TTFT premium over the floor (%)"),
             color=alt.Color("policy:N", scale=_colors(df.policy)), order="chunk_size:Q")
         pts = base.mark_point(filled=True, size=60).encode(
@@ -98,7 +109,10 @@ def plane_chart(table) -> alt.HConcatChart:
         text = base.mark_text(dx=8, dy=-6, fontSize=9).encode(text="chunk_size:Q")
         panels.append((base.mark_line(opacity=0.5) + pts + text).properties(
             width=260, height=240, title=f"{w} long prompt{'s' if w > 1 else ''}"))
-    return alt.hconcat(*panels, title="TTFT against chat ITL: every chunk size and policy").resolve_scale(y="shared")
+    title = alt.TitleParams("TTFT against chat ITL: every chunk size and policy",
+                            subtitle="the number beside each point is its chunk size (tokens); "
+                                     "lines join one policy's points in chunk order")
+    return alt.hconcat(*panels, title=title).resolve_scale(y="shared")
 
 
 def rate_chart(table, references: Dict, *, ref_chunk: int) -> alt.HConcatChart:
@@ -117,7 +131,8 @@ def rate_chart(table, references: Dict, *, ref_chunk: int) -> alt.HConcatChart:
     d = pd.DataFrame(rows)
     solo = float(references.get("solo_tok_s") or float("nan"))
     y_t = "chat tokens/s"
-    y = alt.Y("rate:Q", scale=alt.Scale(type="log"), title=y_t)
+    y = alt.Y("rate:Q", scale=alt.Scale(type="log"), title=y_t,
+              axis=log_axis(list(d.rate) + list(d.lo) + list(d.hi) + [solo]))
     color = alt.Color("policy:N", scale=_colors(d.policy))
     panels = []
     for w in sorted(d.workers.unique()):
@@ -126,7 +141,7 @@ def rate_chart(table, references: Dict, *, ref_chunk: int) -> alt.HConcatChart:
         pre = base.transform_filter(alt.datum.over == "prefill window")
         win = base.transform_filter(alt.datum.over == "decode windows")
         rule = alt.Chart(pd.DataFrame({"y": [solo]})).mark_rule(color="#7f8c8d", strokeDash=[4, 3]).encode(y="y:Q")
-        label = alt.Chart(pd.DataFrame({"y": [solo], "t": [f"solo {solo:.0f} tok/s"]})).mark_text(
+        label = alt.Chart(pd.DataFrame({"y": [solo], "t": [f"the chat alone: {solo:.0f} tok/s"]})).mark_text(
             align="left", dx=4, dy=-6, color="#7f8c8d", fontSize=10).encode(y="y:Q", text="t:N", x=alt.value(0))
         tip = ["policy", "chunk_size", "workers", "over", alt.Tooltip("rate:Q", format=".2f")]
         layers = (pre.mark_line(point=True).encode(y=y, tooltip=tip) + pre.mark_errorbar().encode(

@@ -9,7 +9,7 @@ from typing import List
 import altair as alt
 import pandas as pd
 
-from mlxlab.notebook.plots import PALETTE
+from mlxlab.notebook.plots import PALETTE, log_axis, vrule
 
 _RESTORE = [("prefill", "prefill the prefix (cold turn)"), ("restore_memory", "restore from memory"),
             ("restore_disk", "restore from disk: read + verify + copy"), ("disk_read", "disk: read alone")]
@@ -27,12 +27,15 @@ def _long(rows: List[dict], series) -> pd.DataFrame:
 
 
 def _lines_with_bars(df: pd.DataFrame, title: str, y_title: str, order) -> alt.LayerChart:
-    x = alt.X("prefix_tokens:Q", title="prefix tokens", scale=alt.Scale(type="log", base=2))
+    lengths = sorted(int(v) for v in df.prefix_tokens.unique())
+    x = alt.X("prefix_tokens:Q", title="prefix tokens", scale=alt.Scale(type="log", base=2),
+              axis=alt.Axis(values=lengths, format=","))  # ticked at the lengths measured
+    y_axis = log_axis(list(df.seconds) + list(df.lo) + list(df.hi))
     color = alt.Color("how:N", title=None, sort=order, scale=alt.Scale(domain=order, range=PALETTE[:len(order)]),
                       legend=alt.Legend(orient="bottom", direction="vertical", labelLimit=0))
     base = alt.Chart(df, title=title)
     line = base.mark_line(point=True).encode(
-        x=x, y=alt.Y("seconds:Q", title=y_title, scale=alt.Scale(type="log")), color=color,
+        x=x, y=alt.Y("seconds:Q", title=y_title, scale=alt.Scale(type="log"), axis=y_axis), color=color,
         tooltip=["prefix_tokens", "how", alt.Tooltip("seconds:Q", format=".4f")])
     bars = base.mark_rule().encode(x=x, y="lo:Q", y2="hi:Q", color=color)
     return line + bars
@@ -50,24 +53,33 @@ def restore_chart(rows: List[dict]) -> alt.HConcatChart:
 
 def capacity_chart(rows: List[dict], sessions: int) -> alt.HConcatChart:
     """Left: the later turns that restored a prefix and the share of the previous turn's tokens
-    they restored, against the cache's capacity (a rule at ``sessions``); right: those turns' TTFT."""
+    they restored, against the cache's capacity; right: those turns' TTFT. The x axis is ticked
+    at the capacities measured; a labelled rule marks ``sessions`` (the capacity that holds every
+    session)."""
     df = pd.DataFrame(rows)
-    long = df.melt(id_vars=["capacity_sessions"], value_vars=["warm_turn_fraction", "restored_fraction"],
-                   var_name="what", value_name="fraction")
-    long["what"] = long["what"].map({"warm_turn_fraction": "turns that restored a prefix",
-                                     "restored_fraction": "previous turn's tokens restored"})
+    series = {"warm_turn_fraction": "turns that restored a prefix", "restored_fraction": "previous turn's tokens restored"}
+    long = df.melt(id_vars=["capacity_sessions"], value_vars=list(series), var_name="what", value_name="fraction")
+    long["what"] = long["what"].map(series)
+    order = list(series.values())
     x = alt.X("capacity_sessions:Q", title="cache capacity (sessions' worth of prefix)",
-              axis=alt.Axis(tickMinStep=1, format="d"))
-    marks = alt.Chart(pd.DataFrame({"x": [sessions], "label": [f"{sessions} sessions"]}))
-    rule = marks.mark_rule(color="#7f8c8d", strokeDash=[4, 3]).encode(x="x:Q") + marks.mark_text(
-        align="right", dx=-4, dy=8, color="#7f8c8d", fontSize=10).encode(x="x:Q", y=alt.value(0), text="label:N")
-    left = alt.Chart(long, title=f"{sessions} chat sessions: warm turns by cache capacity").mark_line(point=True).encode(
-        x=x, y=alt.Y("fraction:Q", title="later turns (mean)", axis=alt.Axis(format="%"), scale=alt.Scale(domain=[0, 1])),
-        color=alt.Color("what:N", title=None, legend=alt.Legend(orient="bottom", direction="vertical", labelLimit=0)),
-        strokeDash=alt.StrokeDash("what:N", legend=None), tooltip=["capacity_sessions", "what", "fraction"])
-    right = alt.Chart(df, title="TTFT of the later turns").mark_line(point=True, color=PALETTE[1]).encode(
-        x=x, y=alt.Y("ttft_p50_later_turns_s:Q", title="seconds (median)"),
-        tooltip=["capacity_sessions", "ttft_p50_later_turns_s", "evictions"])
+              scale=alt.Scale(domainMin=0), axis=alt.Axis(values=sorted(df.capacity_sessions.unique()), format="d"))
+    rule = vrule(sessions, f"{sessions} sessions: all of them fit")
+    # the two series often coincide: a wide pale line with open circles under a thin one with
+    # small squares keeps both visible
+    color = alt.Color("what:N", title=None, sort=order, scale=alt.Scale(domain=order, range=PALETTE[:2]),
+                      legend=alt.Legend(orient="bottom", direction="vertical", labelLimit=0, symbolOpacity=1))
+    shape = alt.Shape("what:N", title=None, sort=order, scale=alt.Scale(domain=order, range=["circle", "square"]))
+    y = alt.Y("fraction:Q", title="later turns (mean)", axis=alt.Axis(format="%"), scale=alt.Scale(domain=[0, 1]))
+    tip = ["capacity_sessions", "what", alt.Tooltip("fraction:Q", format=".1%")]
+    base = alt.Chart(long, title=f"{sessions} chat sessions: warm turns by cache capacity").encode(
+        x=x, y=y, color=color, tooltip=tip)
+    under, over = (base.transform_filter(alt.datum.what == w) for w in order)
+    left = (under.mark_line(strokeWidth=5, opacity=0.4) + under.mark_point(size=110, filled=False, strokeWidth=2).encode(
+        shape=shape) + over.mark_line(strokeWidth=1.5) + over.mark_point(size=35, filled=True, opacity=1).encode(shape=shape))
+    right = alt.Chart(df, title="TTFT of the later turns").mark_line(
+        color=PALETTE[2], point=alt.OverlayMarkDef(color=PALETTE[2])).encode(
+        x=x, y=alt.Y("ttft_p50_later_turns_s:Q", title="TTFT (s, median)", scale=alt.Scale(zero=True)),
+        tooltip=["capacity_sessions", alt.Tooltip("ttft_p50_later_turns_s:Q", format=".3f"), "evictions"])
     return alt.hconcat(left + rule, right + rule)
 
 
@@ -88,14 +100,13 @@ def disk_chart(disk: dict, published_ms: float = 100.0, seed_tokens: int = 23_00
                             subtitle=f"read {disk['cold']['read_gb_s']:.2f} GB/s with the page cache dropped, "
                                      f"{disk['cached']['read_gb_s']:.2f} GB/s from it")
     base = alt.Chart(df, title=title)
-    bars = base.mark_bar().encode(x=alt.X("ms:Q", title="milliseconds (median, min-max)"), y=y,
+    x = alt.X("ms:Q", title="milliseconds (median, min-max)", axis=alt.Axis(tickCount=6, labelFlush=False))
+    bars = base.mark_bar().encode(x=x, y=y,
                                   color=alt.Color("mode:N", title=None, legend=alt.Legend(orient="bottom")),
                                   yOffset="mode:N", tooltip=["mode", "phase", alt.Tooltip("ms:Q", format=".1f")])
     err = base.mark_rule(color="black").encode(x="lo:Q", x2="hi:Q", y=y, yOffset="mode:N")
     at = published_ms * disk["tokens"] / seed_tokens
-    label = (f"seed: read < {published_ms:g} ms" if disk["tokens"] >= seed_tokens else
-             f"seed's rate at this size (< {published_ms:g} ms for {seed_tokens:,} tokens)")
-    seed = alt.Chart(pd.DataFrame({"x": [at]})).mark_rule(color=PALETTE[4], strokeDash=[4, 3]).encode(x="x:Q")
-    text = alt.Chart(pd.DataFrame({"x": [at], "t": [label]})).mark_text(
-        align="left", dx=4, dy=-6, color=PALETTE[4], fontSize=10).encode(x="x:Q", y=alt.value(0), text="t:N")
-    return bars + err + seed + text
+    label = (f"case study: SSD read < {published_ms:g} ms" if disk["tokens"] >= seed_tokens else
+             f"case study's rate at this size (< {published_ms:g} ms for {seed_tokens:,} tokens)")
+    seed = vrule(at, label, color=PALETTE[4], align="left")
+    return bars + err + seed

@@ -11,33 +11,44 @@ import altair as alt
 import pandas as pd
 
 from mlxlab.core.paths import ROOT
-from mlxlab.notebook.plots import use_theme
+from mlxlab.notebook.plots import log_axis, use_theme
 
 FIGURES = ROOT / "paper" / "figures"  # where the studies' figures go (save_figure's folder)
+
+#: the validation's metric names as a reader reads them
+METRIC_LABELS = {"ttft_p50_s": "TTFT p50", "itl_p50_s": "ITL p50", "itl_p99_s": "ITL p99", "itl_mean_s": "ITL mean",
+                 "ttft_p99_s": "TTFT p99", "latency_p50_s": "latency p50"}
 
 use_theme()
 
 
 def validation_chart(rows: List[dict], title: str = "simulator vs engine"):
     """Simulated against measured, log-log, one point per (workload, policy, tenant, metric), with
-    the y = x line and the 10% band."""
+    the y = x line and the 10% band, both labelled."""
     df = pd.DataFrame([{k: v for k, v in r.items() if k not in ("engine_runs", "sim_runs")} for r in rows])
     df["engine_ms"], df["sim_ms"] = df.engine * 1e3, df.sim * 1e3
+    df["metric"] = [METRIC_LABELS.get(m, m) for m in df.metric]
     lo = float(min(df.engine_ms.min(), df.sim_ms.min())) * 0.8
     hi = float(max(df.engine_ms.max(), df.sim_ms.max())) * 1.25
     line = pd.DataFrame({"x": [lo, hi], "y": [lo, hi], "y_lo": [lo * 0.9, hi * 0.9], "y_hi": [lo * 1.1, hi * 1.1]})
     scale = alt.Scale(type="log", domain=[lo, hi])
+    axis = log_axis([lo, hi])
     band = alt.Chart(line).mark_area(opacity=0.15, color="gray").encode(
-        x=alt.X("x:Q", scale=scale, title="engine (ms, median of repeats)"), y=alt.Y("y_lo:Q", scale=scale), y2="y_hi:Q")
+        x=alt.X("x:Q", scale=scale, axis=axis, title="engine (ms, median of repeats)"),
+        y=alt.Y("y_lo:Q", scale=scale, axis=axis), y2="y_hi:Q")
     diag = alt.Chart(line).mark_line(color="gray", strokeDash=[4, 4]).encode(x=alt.X("x:Q", scale=scale),
                                                                              y=alt.Y("y:Q", scale=scale))
+    # in the empty upper-left corner (simulator above engine by the whole range)
+    note = alt.Chart(pd.DataFrame({"x": [lo], "y": [hi], "t": ["dashed: simulator = engine; shaded: within 10%"]}))
+    note = note.mark_text(align="left", baseline="top", dx=6, dy=6, fontSize=10, color="#555").encode(
+        x=alt.X("x:Q", scale=scale), y=alt.Y("y:Q", scale=scale), text="t:N")
     pts = alt.Chart(df).mark_point(filled=True, size=70).encode(
         x=alt.X("engine_ms:Q", scale=scale), y=alt.Y("sim_ms:Q", scale=scale, title="simulator (ms)"),
-        color=alt.Color("metric:N"), shape=alt.Shape("policy:N"),
+        color=alt.Color("metric:N", title="metric"), shape=alt.Shape("policy:N", title="policy"),
         tooltip=["workload", "policy", "tenant", "metric", alt.Tooltip("engine_ms:Q", format=".2f"),
                  alt.Tooltip("sim_ms:Q", format=".2f"), alt.Tooltip("rel_error:Q", format=".1%"),
                  alt.Tooltip("noise:Q", format=".1%"), "passed"])
-    return (band + diag + pts).properties(width=420, height=380, title=title)
+    return (band + diag + note + pts).properties(width=420, height=380, title=title)
 
 
 def decode_periods_chart(samples: Dict[str, Dict[str, List[List[float]]]], title: str = ""):
@@ -49,7 +60,7 @@ def decode_periods_chart(samples: Dict[str, Dict[str, List[List[float]]]], title
     df = pd.DataFrame(rows)
     return alt.Chart(df).mark_bar(opacity=0.6).encode(
         x=alt.X("ms:Q", bin=alt.Bin(step=0.5), title="decode step period (ms)"),
-        y=alt.Y("count():Q", stack=None, title="steps"), color=alt.Color("side:N"),
+        y=alt.Y("count():Q", stack=None, title="steps"), color=alt.Color("side:N", title=None),
         row=alt.Row("validation:N", title=None, sort=list(samples),
                     header=alt.Header(labelAngle=0, labelAlign="left", labelFontSize=11))
     ).properties(width=420, height=90, title=title)
@@ -76,15 +87,20 @@ def seed_scale_chart(result: dict):
 
     figs = {k: f["value"] for k, f in seed001_figures().items()}
     cur = pd.DataFrame(result["curves"])
-    xs = alt.X("x:Q", scale=alt.Scale(type="log", base=2), title="chunk size (tokens)")
-    xc = alt.X("chunk_size:Q", scale=alt.Scale(type="log", base=2), title="chunk size (tokens)")
-    ttft = alt.Chart(cur).mark_line(point=True).encode(x=xc, y=alt.Y("long_ttft_s:Q", title="60k prompt TTFT (s)",
-                                                                     scale=alt.Scale(zero=False)))
+    chunks = sorted(int(c) for c in cur.chunk_size.unique())  # ticked at the chunk sizes run
+    xs = alt.X("x:Q", scale=alt.Scale(type="log", base=2), title="chunk size (tokens)", axis=alt.Axis(values=chunks))
+    xc = alt.X("chunk_size:Q", scale=alt.Scale(type="log", base=2), title="chunk size (tokens)",
+               axis=alt.Axis(values=chunks))
     floor = figs["floor_60k_s"]
+    top = float(max(cur.long_ttft_s))
+    ttft = alt.Chart(cur).mark_line(point=True).encode(x=xc, y=alt.Y(
+        "long_ttft_s:Q", title="60k prompt TTFT (s)",
+        scale=alt.Scale(domain=[floor - 0.08 * (top - floor), top + 0.04 * (top - floor)], nice=False)))
+    # the floor: what the prompt costs prefilled alone, a published figure the profile is fitted on
     rule = alt.Chart(pd.DataFrame({"y": [floor], "x": [min(cur.chunk_size)],
-                                   "label": [f"floor {floor:g} s: calibration input"]}))
+                                   "label": [f"published floor {floor:g} s: a calibration input"]}))
     rule = rule.mark_rule(strokeDash=[4, 4], color="gray").encode(y="y:Q") + rule.mark_text(
-        align="left", dy=-6, fontSize=9, color="gray").encode(x=xs, y="y:Q", text="label:N")
+        align="left", baseline="bottom", dx=2, dy=-3, fontSize=9, color="gray").encode(x=xs, y="y:Q", text="label:N")
     p_lo, p_hi = figs["premium_512_1024"]
     ttft_pub = _published_marks(xs, "lo", "hi", [{"x": 512, "x2": 1024, "lo": floor * (1 + p_lo),
                                                   "hi": floor * (1 + p_hi), "label": "published +15-30%"}])
@@ -93,10 +109,11 @@ def seed_scale_chart(result: dict):
         {"x": 512, "x2": 1024, "lo": g_lo, "hi": g_hi, "label": "published 0.4-0.8 s"},
         {"x": 2048, "x2": 2048, "lo": figs["chat_gap_2048_s"], "hi": figs["chat_gap_2048_s"],
          "label": "published 1.5 s"}])
-    itl = cur.melt(id_vars=["chunk_size"], value_vars=["itl_p50_s", "itl_p99_s", "itl_mean_s"], var_name="stat",
-                   value_name="s")
+    stats = {"itl_p50_s": "p50", "itl_p99_s": "p99", "itl_mean_s": "mean"}
+    itl = cur.melt(id_vars=["chunk_size"], value_vars=list(stats), var_name="stat", value_name="s")
+    itl["stat"] = itl["stat"].map(stats)
     itlc = alt.Chart(itl).mark_line(point=True).encode(x=xc, y=alt.Y("s:Q", title="chat gap during prefill (s)"),
-                                                       color="stat:N")
+                                                       color=alt.Color("stat:N", title="chat gap", sort=list(stats.values())))
     return alt.hconcat((ttft + rule + ttft_pub).properties(width=260, height=220,
                                                            title="TTFT vs chunk (seed-001 profile)"),
                        (itlc + itl_pub).properties(width=260, height=220, title="chat ITL vs chunk"),
@@ -106,14 +123,25 @@ def seed_scale_chart(result: dict):
 
 
 def _plane(points: List[dict]):
-    pl = pd.DataFrame([{k: v for k, v in r.items() if k != "options"} for r in points])
-    dots = alt.Chart(pl).mark_point(filled=True, size=80).encode(
-        x=alt.X("long_ttft_s:Q", title="60k prompt TTFT (s)", scale=alt.Scale(zero=False)),
-        y=alt.Y("itl_p99_s:Q", title="chat ITL p99 (s)"), color="policy:N",
+    """Every policy's point on the TTFT / ITL p99 plane; interleave's joined in chunk order. Each
+    point says its setting: interleave, the SLO policy and the gate with a window by their label
+    (right of the point), stall_free by its token budget in its own colour (left of the point: its
+    points sit just left of interleave's). The gate's points lie on interleave's (one long prompt)."""
+    pl = pd.DataFrame([{**{k: v for k, v in r.items() if k != "options"},
+                        "budget": (r.get("options") or {}).get("token_budget", r.get("chunk_size"))} for r in points])
+    x, y = "long_ttft_s:Q", "itl_p99_s:Q"
+    color = alt.Color("policy:N", title="policy")
+    lo, hi = float(pl.long_ttft_s.min()), float(pl.long_ttft_s.max())
+    pad = max(hi - lo, 1.0)
+    dots = alt.Chart(pl).mark_point(filled=True, size=80).encode(  # room on the left for stall_free's labels
+        x=alt.X(x, title="60k prompt TTFT (s)", scale=alt.Scale(domain=[lo - 0.1 * pad, hi + 0.05 * pad])),
+        y=alt.Y(y, title="chat ITL p99 (s)"), color=color,
         tooltip=["label", "long_ttft_s", "itl_p50_s", "itl_p99_s"])
     line = alt.Chart(pl[pl.policy == "interleave"]).mark_line(color="gray", opacity=0.5).encode(
-        x="long_ttft_s:Q", y="itl_p99_s:Q", order="chunk_size:Q")
+        x=x, y=y, order="chunk_size:Q")
     keep = pl.policy.isin(["interleave", "slo", "admission_gate_window"])
-    labels = alt.Chart(pl[keep]).mark_text(dx=6, dy=-6, fontSize=9, align="left").encode(
-        x="long_ttft_s:Q", y="itl_p99_s:Q", text="label:N")
-    return line + dots + labels
+    labels = alt.Chart(pl[keep]).mark_text(dx=6, dy=-6, fontSize=9, align="left").encode(x=x, y=y, text="label:N")
+    sf = pl[pl.policy == "stall_free"]
+    budgets = alt.Chart(sf).mark_text(dx=-7, dy=3, fontSize=9, align="right").encode(
+        x=x, y=y, text="budget:Q", color=color)
+    return line + dots + labels + budgets

@@ -5,8 +5,9 @@
 # This notebook checks both on the model you choose: greedy tokens equal to `generate_step`'s,
 # single-stream prefill and decode against `generate_step`, and 8-stream decode against
 # `BatchGenerator`, all on the same model object in the same run, and what one batched decode
-# step costs against a single stream's (seed 001: "decode sharing is cheap"). It also gathers the committed
-# benchmark results of every platform (`data/results/*/bench_engine.json`) into one figure.
+# step costs against a single stream's (seed 001: "decode sharing is cheap"). Its figure shows this
+# run's ratios, and apart from them, labelled as committed references, the benchmark results of
+# every platform (`data/results/*/bench_engine.json`).
 
 # %% tags=["parameters"]
 quick = True            # small sizes, few repeats (CI and `mlxlab reproduce --quick`)
@@ -69,35 +70,45 @@ verdicts = bench.verdicts({model_name: {**res, "model": {"dtype": str(model.dtyp
 S.save("overview_bench", {"model": model_name, "bits": bits, "dtype": str(model.dtype), "exactness": exact, **res},
        verdicts=verdicts, parameters=dict(dict(quick=quick, platform=platform, model_name=model_name, bits=bits,
                                                repeats=repeats), **sizes))
-live = pd.DataFrame([{"metric": k, "mlxlab": res[k]["mlxlab"]["median"], "mlx-lm": res[k]["mlx_lm"]["median"],
+METRIC_NAMES = {"single_prefill_tok_s": "prefill, one stream", "single_decode_tok_s": "decode, one stream",
+                "batched_decode_tok_s": "decode, eight streams"}
+live = pd.DataFrame([{"metric": name, "mlxlab tok/s": res[k]["mlxlab"]["median"], "mlx-lm tok/s": res[k]["mlx_lm"]["median"],
                       "ratio": res[k]["ratio"], "paired ratio": res[k]["paired_ratio_median"]}
-                     for k in ("single_prefill_tok_s", "single_decode_tok_s", "batched_decode_tok_s")])
+                     for k, name in METRIC_NAMES.items()])
 cost = res["batch_step_cost"]
 print(f"batch-{cost['batch']} decode step {cost['step_ms_batch']['median']:.2f} ms vs one stream "
       f"{cost['step_ms_b1']['median']:.2f} ms: {cost['ratio_x']:.2f}x the cost for {cost['batch']} streams")
 live
 
 # %% [markdown]
-# ## Every platform's committed benchmark
-# `mlxlab bench engine` writes `data/results/<platform>/bench_engine.json` (with these same
-# verdicts); this collects them.
+# ## This run beside every platform's committed benchmark
+# The figure's top panel is this run (the ratios above); below it, apart and labelled as such,
+# the committed reference results: `mlxlab bench engine` writes
+# `data/results/<platform>/bench_engine.json` (with these same verdicts), and this collects them.
+# A quick run's bars are its own, on the quick sizes; the references are full runs.
 
 # %%
-METRIC_NAMES = {"single_prefill_tok_s": "prefill, one stream", "single_decode_tok_s": "decode, one stream",
-                "batched_decode_tok_s": "decode, eight streams"}
+import altair as alt
+
+mode = "quick mode" if quick else "full mode"
+mine = pd.DataFrame([{"model": f"this run: {S.platform}, {model_name}", "metric": name, "ratio": res[k]["ratio"]}
+                     for k, name in METRIC_NAMES.items()])
 rows = []
 for f in sorted((data_dir() / "results").glob("*/bench_engine.json")):
     d = json.loads(f.read_text())
     for preset, r in d["presets"].items():
-        for k in ("single_prefill_tok_s", "single_decode_tok_s", "batched_decode_tok_s"):
-            rows.append({"platform": f.parent.name, "model": f"{f.parent.name}: {preset}", "metric": METRIC_NAMES[k],
+        for k, name in METRIC_NAMES.items():
+            rows.append({"platform": f.parent.name, "model": f"{f.parent.name}: {preset}", "metric": name,
                          "ratio": r[k]["ratio"], "mlxlab": r[k]["mlxlab"]["median"], "mlx_lm": r[k]["mlx_lm"]["median"]})
 committed = pd.DataFrame(rows)
+chart = plots.ratio_bars(mine, "model", "ratio", color="metric", title=alt.TitleParams(
+    f"This run ({mode}): the engine against mlx-lm", subtitle="same model object, same run"))
 if len(committed):
-    chart = plots.ratio_bars(committed, "model", "ratio", color="metric",
-                             title="Engine throughput relative to mlx-lm, committed results of every platform (same model object, same run)")
-    S.figure(chart, "bench_engine_ratios")
-    display(chart)
+    reference = plots.ratio_bars(committed, "model", "ratio", color="metric", title=alt.TitleParams(
+        "Committed reference results, not this run", subtitle="full runs: data/results/*/bench_engine.json"))
+    chart = alt.vconcat(chart, reference).resolve_scale(x="shared")
+S.figure(chart, "bench_engine_ratios")
+display(chart)
 committed
 
 # %% [markdown]

@@ -52,11 +52,11 @@ model = load_model(model_name, bits=bits)
 # %%
 df = prefill_sweep(model, prompt_lengths, step_sizes, repeats=repeats)
 med = df.groupby(["side", "prompt_tokens", "step"], as_index=False)[["ttft_s", "prefill_tok_s"]].median()
+labels = dict(x_title="prompt tokens", y_title="prefill tok/s (median)", color_title="prefill step (tokens)")
 chart = plots.lines(med[med.side == "mlx-lm"], "prompt_tokens", "prefill_tok_s", "step", log_x=True,
-                    title="Prefill throughput by prompt length and step size (mlx-lm generate_step)",
-                    x_title="prompt tokens", y_title="prefill tok/s (median)") | \
+                    title="Prefill throughput by prompt length and step size (mlx-lm generate_step)", **labels) | \
         plots.lines(med[med.side == "mlxlab"], "prompt_tokens", "prefill_tok_s", "step", log_x=True,
-                    title="... and on the mlxlab engine", x_title="prompt tokens", y_title="prefill tok/s (median)")
+                    title="... and on the mlxlab engine", **labels)
 S.figure(chart, "prefill_step_sweep")
 chart
 

@@ -30,10 +30,9 @@ figures_dir = None
 # %%
 import numpy as np
 import pandas as pd
-import altair as alt
 from mlxlab import load_model
-from mlxlab.notebook import nb, plots, widgets
-from mlxlab.engine.speculative import analytic_speedup, expected_tokens_per_pass, best_k
+from mlxlab.notebook import nb, widgets
+from mlxlab.studies import speculation_charts
 from mlxlab.studies.speculation import speculation_study, verdicts
 from mlxlab.train.corpus import build_corpus, heldout_prompts
 
@@ -64,13 +63,8 @@ rows[["k", "acceptance_rate", "a_hat", "tokens_per_pass", "tokens_per_pass_analy
 # notebook's measurements (with their own a and c), the dashed line is no speedup.
 
 # %%
-kk = np.arange(1, 17)
 def build(a, c, v):
-    curve = pd.DataFrame({"k": kk, "speedup": [analytic_speedup(a, int(k), c, v) for k in kk]})
-    line = alt.Chart(curve, title=f"a={a:.2f}, c={c:.2f}, v={v:.2f}: best k={best_k(a, c, v=v)[0]}").mark_line(point=True).encode(
-        x=alt.X("k:Q", title="draft tokens k"), y=alt.Y("speedup:Q", title="speedup over the target alone"))
-    meas = alt.Chart(rows).mark_point(color="#c0392b", size=80, filled=True).encode(x="k:Q", y="speedup:Q", tooltip=["k", "a_hat", "speedup"])
-    return line + meas + plots.hline(1.0, "break-even")
+    return speculation_charts.speedup_vs_k_chart(a, c, v, rows)
 
 a0 = float(np.nanmedian(rows.a_hat))
 controls = {"a": widgets.float_slider(round(a0, 2), 0.0, 0.99, 0.01, "acceptance a"),
@@ -78,12 +72,16 @@ controls = {"a": widgets.float_slider(round(a0, 2), 0.0, 0.99, 0.01, "acceptance
             "v": widgets.float_slider(1.0, 1.0, 3.0, 0.05, "verify cost v")}
 widgets.explorer(build, controls)
 
+# %% [markdown]
+# ## Where speculation pays
+# The best speedup over k for each acceptance rate and cost ratio (v = 1). Above the black
+# break-even line no draft length is faster than the target alone (grey-blue cells); the cross is
+# this run's pair.
+
 # %%
 S.figure(build(a0, c_measured, 1.0), "speculative_speedup_vs_k")
-grid = pd.DataFrame([{"a": a, "c": c, "best_speedup": best_k(a, c)[1]} for a in np.linspace(0, 0.95, 20) for c in np.linspace(0.02, 0.6, 20)])
-heat = alt.Chart(grid, title="Best analytic speedup over k (v=1)").mark_rect().encode(
-    x=alt.X("a:O", title="acceptance a", axis=alt.Axis(format=".2f")), y=alt.Y("c:O", title="cost ratio c", sort="descending", axis=alt.Axis(format=".2f")),
-    color=alt.Color("best_speedup:Q", scale=alt.Scale(scheme="blueorange", domainMid=1.0)))
+heat = speculation_charts.where_it_pays_chart(np.linspace(0, 0.95, 20), np.linspace(0.02, 0.6, 20),
+                                              measured={"a": a0, "c": c_measured})
 S.figure(heat, "speculative_where_it_pays")
 heat
 

@@ -70,9 +70,13 @@ cold
 
 # %%
 shapes = W.first_use_table(ev)
-chart = alt.Chart(shapes, title="Extra time on the first use of a shape (fresh process)").mark_bar().encode(
+WARMUP_NAMES = {"off": "no warm-up", "token": "one token", "shapes": "the server's shapes"}
+order = list(WARMUP_NAMES.values())
+bars = shapes.assign(warm_up=[WARMUP_NAMES.get(w, w) for w in shapes.warmup])
+chart = alt.Chart(bars, title="Extra time on the first use of a shape (fresh process)").mark_bar().encode(
     x=alt.X("median(extra_ms):Q", title="first use minus repeat (ms, median over processes)"), y=alt.Y("shape:N", title=None),
-    color="warmup:N", yOffset="warmup:N", row=alt.Row("model:N", title=None))
+    color=alt.Color("warm_up:N", title="warm-up", sort=order), yOffset=alt.YOffset("warm_up:N", sort=order),
+    row=alt.Row("model:N", title=None))
 S.figure(chart, "warmup_first_use")
 chart
 
