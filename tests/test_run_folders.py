@@ -207,10 +207,11 @@ def test_a_full_reproduce_writes_a_run_folder_unless_saved(data, tmp_path, monke
     seen.clear()
     R.reproduce(quick=False, parameters={"results_dir": str(tmp_path / "mine")}, **common)
     assert seen["figures_dir"] == str(tmp_path / "mine" / "figures")
-    # --save: the notebooks' own defaults, the committed folders (the HTML beside the results)
+    # --save: the committed folders, passed to the notebooks (the HTML beside the results)
     seen.clear()
     done = R.reproduce(quick=False, save=True, **common)
-    assert "results_dir" not in seen and "figures_dir" not in seen
+    assert seen["results_dir"] == str(data / "results" / "cpu")
+    assert Path(seen["figures_dir"]) == ROOT / "paper" / "figures"
     assert Path(done[0]["html"]) == data / "results" / "cpu" / "notebooks" / "01_x.html"
     assert done[0]["figures"] == str(ROOT / "paper" / "figures")
     with pytest.raises(R.ReproduceError, match="--quick"):
@@ -231,3 +232,17 @@ def test_results_files_keep_every_value_with_scalar_lists_on_one_line():
     assert '"gaps_ms": [1.5, 2.0, -3e-05, null, true]' in text
     assert '"a,   b"' in text
     assert text.count("\n") < json.dumps(doc, indent=2).count("\n")
+
+
+def test_a_notebook_run_by_hand_in_full_mode_writes_a_run_folder(data):
+    """nb.setup(quick=False) with no folders (JupyterLab, by hand) gets a new run folder; only the
+    committed folders passed explicitly (reproduce --save) mark the run as committed."""
+    from mlxlab.notebook import nb
+
+    s = nb.setup(quick=False, platform="cpu")
+    assert s.results_dir.parent == (data / "results" / "cpu" / "runs").resolve()
+    assert s.figures_dir == s.results_dir / "figures" and not s.committed
+    saved = nb.setup(quick=False, platform="cpu", results_dir=str(data / "results" / "cpu"),
+                     figures_dir=str(data / "figs"))
+    assert saved.committed
+    assert not nb.setup(quick=True, platform="cpu").committed

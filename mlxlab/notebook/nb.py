@@ -1,10 +1,11 @@
 """What every notebook does the same way: where outputs go, the model it runs, the verdict table.
 
 Quick runs (CI, ``mlxlab reproduce --quick``) write results to ``data/results/<platform>/quick/``
-and figures to ``build/figures/`` so they never overwrite the full runs that the paper uses
-(``data/results/<platform>/`` and ``paper/figures/``). Notebook parameters override both:
-``mlxlab reproduce`` without ``--save`` gives a full run its own ``runs/<time>/`` folder this way
-(:func:`mlxlab.notebook.reproduce.notebook_folders` holds the defaults).
+and figures to ``build/figures/``; a full run, by hand in JupyterLab or through ``mlxlab
+reproduce``, writes a new ``data/results/<platform>/runs/<time>/`` folder. None of them overwrites
+the full runs the paper uses (``data/results/<platform>/`` and ``paper/figures/``): only
+``mlxlab reproduce --save`` passes those as the notebooks' ``results_dir`` / ``figures_dir``
+parameters (:func:`mlxlab.notebook.reproduce.notebook_folders` holds the defaults).
 """
 
 from __future__ import annotations
@@ -31,6 +32,7 @@ class Setup:
     results_dir: Path
     figures_dir: Path
     environment: dict
+    committed: bool = False  # results_dir is the committed data/results/<platform>/ (mlxlab reproduce --save)
 
     def save(self, name: str, payload: dict, *, verdicts: Optional[List[dict]] = None,
              parameters: Optional[dict] = None) -> Path:
@@ -55,7 +57,8 @@ def setup(quick: bool = True, platform: Optional[str] = None, results_dir: Optio
     offline()  # charts render without internet in JupyterLab
     print(f"platform={plat} quick={quick} device={env['device']} ({env['device_name']}) blas={env['blas']} "
           f"mlx={env['mlx']} mlx-lm={env['mlx_lm']}\nresults -> {res}\nfigures -> {fig}")
-    return Setup(plat, quick, res.resolve(), fig.resolve(), env)
+    committed = res.resolve() == results.results_dir(plat).resolve()
+    return Setup(plat, quick, res.resolve(), fig.resolve(), env, committed)
 
 
 def verdict_table(records: List[dict]) -> pd.DataFrame:

@@ -35,12 +35,17 @@ class ReproduceError(RuntimeError):
 def notebook_folders(quick: bool, platform: Optional[str] = None, results_dir: Optional[str] = None,
                      figures_dir: Optional[str] = None) -> Tuple[Path, Path]:
     """A notebook's results and figures folders, as ``nb.setup`` resolves them: the given ones,
-    else for a quick run ``data/results/<platform>/quick/`` and ``build/figures/`` (ignored by git),
-    for a full run the committed ``data/results/<platform>/`` and ``paper/figures/`` (which
-    :func:`reproduce` passes only with ``save``; otherwise it gives every notebook a run folder)."""
+    else for a quick run ``data/results/<platform>/quick/`` and ``build/figures/``, for a full run
+    a new run folder ``data/results/<platform>/runs/<time>/`` with its figures in ``figures/``
+    (all ignored by git: a notebook run by hand in JupyterLab never replaces committed results).
+    Only :func:`reproduce` with ``save`` passes the committed ``data/results/<platform>/`` and
+    ``paper/figures/``."""
     plat = platform or platform_name()
-    res = Path(results_dir) if results_dir else committed_results(plat) / ("quick" if quick else "")
-    fig = Path(figures_dir) if figures_dir else ROOT / ("build/figures" if quick else "paper/figures")
+    if not quick and not results_dir:
+        res = run_folder(plat)
+        return res, Path(figures_dir) if figures_dir else res / "figures"
+    res = Path(results_dir) if results_dir else committed_results(plat) / "quick"
+    fig = Path(figures_dir) if figures_dir else ROOT / "build/figures"
     return res, fig
 
 
@@ -118,8 +123,9 @@ def reproduce(*, quick: bool = True, only: Optional[Sequence[str]] = None, platf
     params = {"quick": quick, **({"platform": platform} if platform else {})}
     plat = platform or platform_name()
     given = parameters or {}
-    if not quick and save and plat != "cpu":  # keep the CPU figures the paper embeds
-        params["figures_dir"] = str(ROOT / "paper" / "figures" / plat)
+    if not quick and save:  # the committed results; a platform other than cpu keeps the CPU figures the paper embeds
+        params.update(results_dir=str(committed_results(plat)),
+                      figures_dir=str(ROOT / "paper" / "figures" / ("" if plat == "cpu" else plat)))
     elif not quick and not save:  # one run folder for every notebook: nothing committed changes
         run = Path(given["results_dir"]) if given.get("results_dir") else run_folder(plat)
         params.update(results_dir=str(run), figures_dir=str(run / "figures"))

@@ -158,7 +158,8 @@ from mlxlab.sim.published import seed001_cost_model
 from mlxlab.studies import sim_charts, sim_scoring, sim_validation
 from mlxlab.studies.seed_scale import QUICK, seed_scale_study
 
-study = seed_scale_study(save=True, folder=None if not quick and results_dir is None else S.results_dir,
+# a saved full run (`mlxlab reproduce --save`) writes the committed data/results/sim-seed001/ file
+study = seed_scale_study(save=True, folder=None if S.committed else S.results_dir,
                          **(QUICK if quick else {}))
 S.figure(sim_charts.seed_scale_chart(study), "seed_scale")  # the figure `mlxlab seed-scale` writes
 pd.DataFrame(study["calibration"]["fitted"])
