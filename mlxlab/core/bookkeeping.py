@@ -145,6 +145,32 @@ class PlanExecutor(Executor):
             self._queue.append(seq)
         return req
 
+    def cancel(self, req: Request) -> bool:
+        """End ``req`` now (finish reason "cancelled": a client went away). A waiting or
+        prefilling request leaves the queue and its KV is released; a decoding row leaves the
+        batch at the next decode (no compute is spent on it after this); one the executor cannot
+        take back yet (overlap mode's prefill thread holds it) is dropped when it comes back.
+        Returns False if it had already finished."""
+        seq = self._seqs.get(req.id)
+        if seq is None or req.done:
+            return False
+        self._finish(seq, "cancelled", self.now())
+        if seq in self._ready:
+            self._ready.remove(seq)
+        if seq in self._queue and not self._holds(seq):
+            self._queue.remove(seq)
+            seq.cache = None
+        return True
+
+    def _holds(self, seq: SequenceState) -> bool:
+        """Whether another thread holds ``seq`` now (none here)."""
+        return False
+
+    def kv_tokens_in_use(self) -> int:
+        """KV positions held by requests that have started and not finished (their prompts
+        prefilled so far plus the tokens decoded)."""
+        return sum(s.prefilled + s.issued for s in self._queue + self._ready + self._decode_rows() if not s.req.done)
+
     # ------------------------------------------------------------------ prefill chunks
     def _pad(self, seq: SequenceState, n: int) -> int:
         """Pad tokens of ``seq``'s next chunk of ``n`` tokens (see ``key_align``)."""
@@ -153,7 +179,8 @@ class PlanExecutor(Executor):
     def _begin_chunk(self, seq: SequenceState, t: float) -> None:
         """A chunk of ``seq`` starts at ``t``: its first one starts its prefill."""
         if seq.req.prefill_start_s is None:
-            seq.req.state = PREFILLING
+            if not seq.req.done:  # cancelled while overlap mode's prefill thread held it
+                seq.req.state = PREFILLING
             seq.req.prefill_start_s = t
 
     def _book_chunk(self, seq: SequenceState, n: int, rec: StepRecord) -> bool:
@@ -190,7 +217,8 @@ class PlanExecutor(Executor):
             for s in ready:
                 if s.req.prefill_start_s is None:  # nothing was prefilled (a one-token prompt)
                     s.req.prefill_start_s = t
-                s.req.state = DECODING
+                if not s.req.done:
+                    s.req.state = DECODING
             self._add_rows(ready)
             rec.joined = len(self._decoding) - before
 

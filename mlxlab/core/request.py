@@ -118,12 +118,13 @@ class SequenceState:
     None in the simulator); ``kv``, ``solo_input`` and ``remembered`` are the engine's per-request
     KV quantization, quantized decode input and prefix-cache flag."""
 
-    __slots__ = ("req", "cache", "prefilled", "issued", "stopped", "remembered", "kv", "solo_input")
+    __slots__ = ("req", "cache", "prefilled", "issued", "stopped", "remembered", "kv", "solo_input", "sampler")
 
     def __init__(self, req: Request, kv: Optional[tuple] = None):
         self.req = req
         self.kv = kv  # (bits, group_size, quantized_kv_start) for a quantized KV cache, else None
         self.solo_input = None  # next decode input of a quantized-KV sequence (decodes alone)
+        self.sampler = None  # the request's own sampler (mlxlab.engine.sampling), None: the engine's
         self.cache = None
         self.prefilled = 0  # prompt tokens already in the KV cache
         self.issued = 0  # decode forwards issued (tokens read or still in flight)

@@ -47,6 +47,7 @@ from mlxlab.engine.batch import (
 from mlxlab.engine.fused import can_fuse, packed_forward
 from mlxlab.engine.overlap import OVERLAP_SYNCS, DecodePacer, PrefillWorker
 from mlxlab.engine.overlap_steps import OverlapSteps
+from mlxlab.engine.sampling import make_request_sampler, sample_rows
 from mlxlab.engine.warmup import warmup as run_warmup
 from mlxlab.policies import make_policy, next_plan, with_key_align
 from mlxlab.policies.base import Policy
@@ -236,7 +237,9 @@ class Engine(OverlapSteps, PlanExecutor):
 
     def submit(self, prompt_tokens, max_tokens: int = 256, *, tenant: str = "default",
                arrival_s: Optional[float] = None, stop_tokens: Sequence[int] = (),
-               kv_bits: Optional[int] = None, kv_group_size: int = 64, quantized_kv_start: int = 0) -> Request:
+               kv_bits: Optional[int] = None, kv_group_size: int = 64, quantized_kv_start: int = 0,
+               temperature: Optional[float] = None, top_p: Optional[float] = None, top_k: Optional[int] = None,
+               min_p: Optional[float] = None, seed: Optional[int] = None) -> Request:
         """Queue a request and return it; its fields fill in as the engine runs.
 
         ``kv_bits`` (None, 8 or 4) keeps this request's KV cache quantized with mlx-lm's
@@ -248,12 +251,18 @@ class Engine(OverlapSteps, PlanExecutor):
         Raises ``ValueError`` (and changes nothing) for an empty prompt, a token id outside the
         vocabulary, ``max_tokens <= 0``, a request longer than the model's context, one that could
         never fit the KV budget, or a KV quantization this backend cannot run (found by a probe
-        at the model's shape, cached)."""
+        at the model's shape, cached), or a sampling option out of range.
+
+        ``temperature`` (> 0), ``top_p``, ``top_k``, ``min_p`` and ``seed`` sample this request
+        with its own sampler (:mod:`mlxlab.engine.sampling`, on mlx-lm's filters, its own random
+        key); without a temperature (or 0) it decodes with the engine's sampler."""
         prompt = self._validate(prompt_tokens, max_tokens)
+        sampler = make_request_sampler(temperature, top_p, top_k, min_p, seed)
         kv = kv_quantization(self.model, kv_bits, kv_group_size, quantized_kv_start)
         self._budget.check(len(prompt), max_tokens, kv)
-        return self._enqueue(prompt, max_tokens, tenant=tenant, arrival_s=arrival_s, stop_tokens=stop_tokens,
-                             kv=kv)
+        req = self._enqueue(prompt, max_tokens, tenant=tenant, arrival_s=arrival_s, stop_tokens=stop_tokens, kv=kv)
+        self._seqs[req.id].sampler = sampler
+        return req
 
     @property
     def has_work(self) -> bool:
@@ -399,16 +408,20 @@ class Engine(OverlapSteps, PlanExecutor):
             for (seq, _), p in zip(packed, pads):
                 trim(seq.cache, p)
                 maybe_quantize(seq)
-            groups.append((self.sampler(logits), list(self._decoding)))
+            groups.append((self._sample(logits, self._decoding), list(self._decoding)))
         elif self._decoding:
             logits = self.module(self._batch.inputs[:, None], cache=self._batch.cache)[:, -1, :]
-            groups.append((self.sampler(logits), list(self._decoding)))
+            groups.append((self._sample(logits, self._decoding), list(self._decoding)))
         for s in self._solo:
             logits = self.module(s.solo_input[:, None], cache=s.cache)[:, -1, :]
             maybe_quantize(s)  # where generate_step quantizes: after the forward
-            groups.append((self.sampler(logits), [s]))
+            groups.append((self._sample(logits, [s]), [s]))
         mx.async_eval([t for t, _ in groups] + [c.state for seq, _ in packed for c in seq.cache])
         return groups
+
+    def _sample(self, logits: mx.array, rows: List[SequenceState]) -> mx.array:
+        """Tokens for ``rows``' logits: the engine's sampler, a request's own where it has one."""
+        return sample_rows(self.sampler, logits, [s.sampler for s in rows])
 
     def _flush(self) -> None:
         """Read the in-flight decode tokens (if any) and hand them to their requests."""

@@ -81,7 +81,7 @@ class OverlapSteps:
         fail (CUDNN_STATUS_EXECUTION_FAILED_CUDA_DRIVER, H200). Not for quantized-KV rows (they
         decode alone anyway) or with a prefix cache (a finished row is remembered from the batch)."""
         logits = self.module(mx.array([[seq.req.prompt[-1]]]), cache=seq.cache)[:, -1, :]
-        token = self.sampler(logits)
+        token = self._sample(logits, [seq])
         mx.eval(token, [c.state for c in seq.cache])
         return int(token.item())
 
@@ -101,4 +101,10 @@ class OverlapSteps:
                 if seq.req.done:  # a one-token request (or a stop token): it never joins the batch
                     self._ready.remove(seq)
                     seq.cache = None
+        for seq in [s for s in self._queue + self._ready if s.req.done]:  # cancelled while the thread held them
+            (self._queue if seq in self._queue else self._ready).remove(seq)
+            seq.cache = None
         self._observe(rec)
+
+    def _holds(self, seq: SequenceState) -> bool:
+        return seq.req.id in self._prefill.held
