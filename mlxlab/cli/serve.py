@@ -1,0 +1,72 @@
+"""``mlxlab serve``: the OpenAI-compatible server (:mod:`mlxlab.serve`) on one model."""
+
+from __future__ import annotations
+
+import argparse
+import json
+
+from mlxlab.cli.common import add_model_arguments, positive_int
+
+SERVE_HELP = """\
+Serve one model over an OpenAI-compatible HTTP API: /v1/models, /v1/completions,
+/v1/chat/completions (streaming and not), /health and /metrics (Prometheus text). The engine
+runs on its own thread with the policy and options given here; a client that disconnects
+cancels its request. A preset uses a byte-level tokenizer (offline); a model directory its own
+tokenizer and chat template. Stop with Ctrl-C (SIGINT) or SIGTERM: in-flight requests are
+cancelled and the process exits 0. Example:
+  mlxlab serve --model small --policy stall_free --policy-option token_budget=512 --port 8000
+  curl -s localhost:8000/v1/completions -H 'content-type: application/json' \\
+       -d '{"model": "small", "prompt": "hello", "max_tokens": 16}'
+"""
+
+
+def register(sub: argparse._SubParsersAction) -> None:
+    """Add ``serve`` to the ``mlxlab`` command's subcommands."""
+    sp = sub.add_parser("serve", help="an OpenAI-compatible server on the engine", description=SERVE_HELP)
+    add_model_arguments(sp, default="small")
+    sp.add_argument("--policy", default="interleave", help="scheduling policy (mlxlab.policies.POLICIES)")
+    sp.add_argument("--policy-option", action="append", default=[], metavar="KEY=VALUE",
+                    help="a policy option (value read as JSON, else a string), e.g. token_budget=512; repeatable")
+    sp.add_argument("--chunk-size", type=positive_int, default=2048, help="prefill chunk size (tokens)")
+    sp.add_argument("--overlap", action="store_true", help="prefill on a second thread and stream (overlap mode)")
+    sp.add_argument("--prefix-cache-tokens", type=positive_int, default=None,
+                    help="keep a prefix cache of this many tokens (default: none)")
+    sp.add_argument("--warmup", default="token", help="engine warm-up before serving: off, token, shapes or policy")
+    sp.add_argument("--host", default="127.0.0.1", help="address to listen on")
+    sp.add_argument("--port", type=positive_int, default=8000, help="port to listen on")
+    sp.add_argument("--log-level", default="info", help="uvicorn's log level")
+    sp.set_defaults(func=cli_serve)
+
+
+def policy_options(items) -> dict:
+    """``["token_budget=512", "itl_target_s=0.05"]`` -> ``{"token_budget": 512, ...}``; a value
+    that is not JSON stays a string. Raises ValueError on an item without ``=``."""
+    out = {}
+    for item in items:
+        key, sep, value = item.partition("=")
+        if not sep or not key:
+            raise ValueError(f"--policy-option takes KEY=VALUE, got {item!r}")
+        try:
+            out[key] = json.loads(value)
+        except json.JSONDecodeError:
+            out[key] = value
+    return out
+
+
+def cli_serve(args: argparse.Namespace) -> int:
+    from mlxlab import serve  # starlette, uvicorn, mlx: only when serving
+    from mlxlab.engine.models import load_model
+
+    options = policy_options(args.policy_option)
+    model = load_model(args.model, bits=args.bits, dtype=args.dtype)
+    prefix = None
+    if args.prefix_cache_tokens:
+        from mlxlab.engine.prefix_cache import PrefixCache
+
+        prefix = PrefixCache(max_tokens=args.prefix_cache_tokens)
+    server = serve.build(model, model_name=args.model, policy=args.policy, chunk_size=args.chunk_size,
+                         overlap=args.overlap, prefix_cache=prefix, warmup=args.warmup, **options)
+    print(f"mlxlab serve: {args.model} ({model.num_params / 1e6:.1f}M params, {model.dtype}), policy {args.policy} "
+          f"{options or ''}, chunk {args.chunk_size}, on http://{args.host}:{args.port}", flush=True)
+    serve.run(server, host=args.host, port=args.port, log_level=args.log_level)
+    return 0

@@ -1,0 +1,196 @@
+"""``mlxlab serve`` driven by real clients on a loopback port: the openai package (chat and
+completions, streaming and not), 32 concurrent streams, a disconnect mid-stream, every bad input,
+and a clean exit on SIGTERM. Token ids come back in each choice (mlxlab's ``token_ids``) and
+must equal mlx-lm's greedy tokens for the same prompt."""
+
+import asyncio
+import json
+import os
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import httpx
+import pytest
+from oracle import assert_matches, reference
+
+from mlxlab import serve
+from mlxlab.serve.text import ByteTokenizer
+
+openai = pytest.importorskip("openai")
+ROOT = Path(__file__).resolve().parents[1]
+
+
+@pytest.fixture(scope="module")
+def server(tiny):
+    srv = serve.build(tiny, model_name="tiny", chunk_size=64)
+    url, stop = serve.start_background(srv)
+    yield srv, url
+    stop()
+    assert not srv.worker.alive  # the lifespan stopped the engine thread
+
+
+@pytest.fixture()
+def client(server):
+    return openai.OpenAI(base_url=server[1] + "/v1", api_key="none", max_retries=0)
+
+
+def _metric(url: str, name: str) -> float:
+    for line in httpx.get(url + "/metrics").text.splitlines():
+        if line.startswith(name + " ") or line.startswith(name + "{"):
+            return float(line.rsplit(" ", 1)[1])
+    raise KeyError(name)
+
+
+def test_completion_equals_greedy_generate_step(client, tiny):
+    r = client.completions.create(model="tiny", prompt="hello world", max_tokens=8)
+    ids = ByteTokenizer().encode("hello world")
+    assert_matches(r.choices[0].token_ids, reference(tiny, ids, 8))
+    assert r.usage.prompt_tokens == len(ids) and r.usage.completion_tokens == 8
+    assert r.choices[0].finish_reason == "length"
+
+
+def test_chat_stream_equals_greedy_generate_step(client, tiny):
+    messages = [{"role": "user", "content": "héllo ünïcode"}]
+    chunks = list(client.chat.completions.create(model="tiny", messages=messages, max_tokens=10, stream=True))
+    ids = [t for c in chunks for t in (c.choices[0].token_ids or [])]
+    assert_matches(ids, reference(tiny, ByteTokenizer().chat_prompt(messages), 10))
+    assert chunks[0].choices[0].delta.role == "assistant"
+    assert chunks[-1].choices[0].finish_reason == "length" and chunks[-1].usage.completion_tokens == 10
+
+
+def test_a_stop_string_ends_the_text_before_it(client):
+    r = client.completions.create(model="tiny", prompt="abc", max_tokens=40, stop="<|")
+    assert "<|" not in r.choices[0].text and r.choices[0].finish_reason == "stop"
+    assert r.usage.completion_tokens < 40  # the tiny model's ids above 255 print as <|id|>
+
+
+def test_32_concurrent_streams_each_get_their_tokens_in_order(server, tiny):
+    url = server[1]
+    prompts = [[(7 * i + j) % 250 + 1 for j in range(5 + i)] for i in range(32)]
+
+    async def one(c, p):
+        out = []
+        stream = await c.completions.create(model="tiny", prompt=p, max_tokens=12, stream=True)
+        async for chunk in stream:
+            out.extend(chunk.choices[0].token_ids or [])
+        return out
+
+    async def all_of():
+        async with openai.AsyncOpenAI(base_url=url + "/v1", api_key="none", max_retries=0) as c:
+            return await asyncio.wait_for(asyncio.gather(*(one(c, p) for p in prompts)), 120)
+
+    outs = asyncio.run(all_of())
+    for p, out in zip(prompts, outs):
+        assert_matches(out, reference(tiny, p, 12))
+
+
+def test_a_disconnect_mid_stream_cancels_the_request_and_frees_its_kv(server):
+    srv, url = server
+    base = _metric(url, "mlxlab:kv_cache_usage_bytes")
+    body = {"model": "tiny", "prompt": list(range(1, 300)), "max_tokens": 4000, "stream": True}
+    with httpx.stream("POST", url + "/v1/completions", json=body, timeout=30) as r:
+        lines = r.iter_lines()
+        got = [next(lines) for _ in range(6)]
+    assert any(line.startswith("data:") for line in got)
+    deadline = time.monotonic() + 20
+    while _metric(url, "mlxlab:num_requests_running") > 0 and time.monotonic() < deadline:
+        time.sleep(0.05)
+    req = srv.worker.engine.requests[-1]
+    assert req.finish_reason == "cancelled" and len(req.output_tokens) < 4000
+    assert _metric(url, "mlxlab:kv_cache_usage_bytes") == base == 0
+
+
+BAD = [
+    (b"{not json", 400, "invalid_json", None),
+    (b"[1, 2]", 400, "invalid_json", None),
+    ({"prompt": "x"}, 400, "missing_field", "model"),
+    ({"model": "gpt-9", "prompt": "x"}, 404, "model_not_found", "model"),
+    ({"model": "tiny"}, 400, "missing_field", "prompt"),
+    ({"model": "tiny", "prompt": "x", "max_tokens": "5"}, 400, "invalid_type", "max_tokens"),
+    ({"model": "tiny", "prompt": "x", "max_tokens": -1}, 400, "invalid_value", "max_tokens"),
+    ({"model": "tiny", "prompt": "x", "max_tokens": 10 ** 9}, 400, "context_length_exceeded", "max_tokens"),
+    ({"model": "tiny", "prompt": ""}, 400, "invalid_request", "prompt"),
+    ({"model": "tiny", "prompt": [1, 2, 99999]}, 400, "invalid_request", "prompt"),
+    ({"model": "tiny", "prompt": [1, 2.5]}, 400, "invalid_request", "prompt"),
+    ({"model": "tiny", "prompt": list(range(1, 200)) * 60}, 400, "context_length_exceeded", "prompt"),
+    ({"model": "tiny", "prompt": "x", "kv_bits": 3}, 400, "invalid_request", "kv_bits"),
+    ({"model": "tiny", "prompt": "x", "num_draft_tokens": 3}, 400, "no_draft_model", "num_draft_tokens"),
+    ({"model": "tiny", "prompt": "x", "temperature": -2}, 400, "invalid_request", "temperature"),
+    ({"model": "tiny", "prompt": "x", "stop": 5}, 400, "invalid_type", "stop"),
+    ({"model": "tiny", "prompt": "x", "stream": "yes"}, 400, "invalid_type", "stream"),
+]
+
+
+@pytest.mark.parametrize("body, status, code, param", BAD)
+def test_bad_input_gets_an_openai_error_and_the_server_keeps_serving(server, client, body, status, code, param):
+    url = server[1]
+    content = body if isinstance(body, bytes) else json.dumps(body).encode()
+    r = httpx.post(url + "/v1/completions", content=content, headers={"content-type": "application/json"})
+    assert r.status_code == status, r.text
+    err = r.json()["error"]
+    assert err["code"] == code and err["param"] == param and err["message"] and err["type"]
+    assert client.completions.create(model="tiny", prompt="ok", max_tokens=2).usage.completion_tokens == 2
+
+
+def test_chat_bad_messages_and_an_oversized_body_are_refused(server):
+    url = server[1]
+    r = httpx.post(url + "/v1/chat/completions", json={"model": "tiny", "messages": []})
+    assert r.status_code == 400 and r.json()["error"]["param"] == "messages"
+    r = httpx.post(url + "/v1/chat/completions", json={"model": "tiny", "messages": [{"role": "user"}]})
+    assert r.status_code == 400 and r.json()["error"]["param"] == "messages[0]"
+    big = b'{"model": "tiny", "prompt": "' + b"a" * (server[0].max_body_bytes + 10) + b'"}'
+    r = httpx.post(url + "/v1/completions", content=big, headers={"content-type": "application/json"})
+    assert r.status_code == 413 and r.json()["error"]["code"] == "body_too_large"
+
+
+def test_models_health_and_metrics(server, client):
+    url = server[1]
+    assert [m.id for m in client.models.list().data] == ["tiny"]
+    assert httpx.get(url + "/health").json()["status"] == "ok"
+    client.completions.create(model="tiny", prompt="m", max_tokens=3, user="agent")
+    text = httpx.get(url + "/metrics").text
+    for name in ("time_to_first_token_seconds", "inter_token_latency_seconds", "e2e_request_latency_seconds",
+                 "num_requests_running", "num_requests_waiting", "kv_cache_usage_bytes"):
+        assert f"mlxlab:{name}" in text
+    assert 'mlxlab:time_to_first_token_seconds_count{tenant="agent"} 1.0' in text
+
+
+def test_a_seeded_request_repeats_its_tokens(client):
+    kw = dict(model="tiny", prompt="seeded", max_tokens=8, temperature=0.8, top_p=0.9, seed=11)
+    a, b = client.completions.create(**kw), client.completions.create(**kw)
+    assert a.choices[0].token_ids == b.choices[0].token_ids
+
+
+def test_sigterm_cancels_in_flight_requests_and_exits_0(tmp_path):
+    port = serve.free_port()
+    env = {**os.environ, "MLXLAB_NO_REEXEC": "1", "PYTHONPATH": str(ROOT)}
+    proc = subprocess.Popen([sys.executable, "-m", "mlxlab.cli", "serve", "--model", "tiny", "--dtype", "float32",
+                             "--warmup", "off", "--port", str(port), "--log-level", "warning"],
+                            cwd=ROOT, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT)
+    try:
+        url = f"http://127.0.0.1:{port}"
+        deadline = time.monotonic() + 60
+        while True:
+            try:
+                if httpx.get(url + "/health", timeout=1).status_code == 200:
+                    break
+            except httpx.HTTPError:
+                pass
+            assert proc.poll() is None and time.monotonic() < deadline, proc.stdout.read().decode()[-2000:]
+            time.sleep(0.1)
+        with httpx.stream("POST", url + "/v1/completions", timeout=30,
+                          json={"model": "tiny", "prompt": "x", "max_tokens": 5000, "stream": True}) as r:
+            lines = r.iter_lines()
+            next(lines)
+            proc.send_signal(signal.SIGTERM)
+            rest = list(lines)  # the stream ends (its request cancelled) instead of running to 5,000 tokens
+        assert proc.wait(30) == 0, proc.stdout.read().decode()[-2000:]
+        tokens = sum(len(json.loads(x[5:])["choices"][0]["token_ids"]) for x in rest
+                     if x.startswith("data:") and x.strip() != "data: [DONE]")
+        assert tokens < 5000
+    finally:
+        if proc.poll() is None:
+            proc.kill()
