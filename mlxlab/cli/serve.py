@@ -38,6 +38,45 @@ def register(sub: argparse._SubParsersAction) -> None:
     sp.set_defaults(func=cli_serve)
 
 
+def register_bench(bsub: argparse._SubParsersAction) -> None:
+    """Add ``bench serve`` (the HTTP path's overhead) to ``mlxlab bench``."""
+    from mlxlab.cli.common import add_save_argument
+
+    bs = bsub.add_parser("serve", help="the HTTP path's TTFT and ITL against the in-process engine")
+    bs.add_argument("--models", nargs="+", default=["small"], help="presets or local model directories")
+    bs.add_argument("--bits", type=int, default=None, help="quantize weights to this many bits")
+    bs.add_argument("--dtype", default=None, help="float32 / bfloat16 / float16 (default: by device)")
+    bs.add_argument("--streams", nargs="+", type=positive_int, default=[1, 16], help="concurrent streams")
+    bs.add_argument("--prompt-tokens", type=positive_int, default=256, help="each stream's prompt length")
+    bs.add_argument("--max-tokens", type=positive_int, default=64, help="each stream's output tokens")
+    bs.add_argument("--repeats", type=positive_int, default=3, help="rounds, the two paths alternating")
+    bs.add_argument("--chunk-size", type=positive_int, default=2048, help="prefill chunk size")
+    bs.add_argument("--platform", default=None, help="results folder name (default: detected)")
+    add_save_argument(bs)
+    bs.set_defaults(func=cli_bench_serve)
+
+
+def cli_bench_serve(args: argparse.Namespace) -> int:
+    from mlxlab.core.environment import platform_name
+    from mlxlab.core.results import run_folder, save_results
+    from mlxlab.engine.models import load_model
+    from mlxlab.studies.serve_overhead import format_table, serve_overhead
+
+    plat = args.platform or platform_name()
+    params = {k: getattr(args, k) for k in ("models", "bits", "dtype", "streams", "prompt_tokens", "max_tokens",
+                                            "repeats", "chunk_size")}
+    out = {"presets": {}}
+    for preset in args.models:
+        model = load_model(preset, bits=args.bits, dtype=args.dtype)
+        res = serve_overhead(model, model_name=preset, streams=args.streams, prompt_tokens=args.prompt_tokens,
+                             max_tokens=args.max_tokens, repeats=args.repeats, chunk_size=args.chunk_size)
+        out["presets"][preset] = res
+        print(format_table(preset, res), flush=True)
+    path = save_results("serve_overhead", out, platform=plat, folder=run_folder(plat, args.save), parameters=params)
+    print(f"wrote {path}")
+    return 0
+
+
 def policy_options(items) -> dict:
     """``["token_budget=512", "itl_target_s=0.05"]`` -> ``{"token_budget": 512, ...}``; a value
     that is not JSON stays a string. Raises ValueError on an item without ``=``."""

@@ -1,0 +1,128 @@
+"""What the HTTP path costs (issue 18): the same requests through ``mlxlab serve`` (the openai
+client over loopback, streaming) and submitted to an in-process :class:`mlxlab.Engine`, on the
+same model object, for 1 and N concurrent streams.
+
+Per round and concurrency, the two paths run back to back, in alternating order, each on a fresh
+engine with the same options and prompts (random ids, one per stream). TTFT is from sending (HTTP)
+or submitting (in-process) to the first token; ITL is the gap between a stream's consecutive
+tokens, as the client sees them arrive (HTTP: the arrival of each SSE chunk, stamped per token)
+or as the engine reads them. Figures are pooled over the rounds; the ratios are HTTP over
+in-process. Importing this module loads no MLX.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import time
+from typing import Dict, List, Sequence
+
+import numpy as np
+
+
+def _pct(xs: Sequence[float], p: float) -> float:
+    return float(np.percentile(xs, p)) if len(xs) else float("nan")
+
+
+def _summary(ttft: List[float], itl: List[float]) -> Dict[str, float]:
+    return {"ttft_p50_ms": 1e3 * _pct(ttft, 50), "ttft_p99_ms": 1e3 * _pct(ttft, 99),
+            "itl_p50_ms": 1e3 * _pct(itl, 50), "itl_p99_ms": 1e3 * _pct(itl, 99), "n_ttft": len(ttft),
+            "n_itl": len(itl)}
+
+
+def in_process(model, prompts: List[List[int]], max_tokens: int, **engine_options) -> Dict[str, list]:
+    from mlxlab.engine.loop import Engine
+
+    eng = Engine(model, **engine_options)
+    reqs = [eng.submit(p, max_tokens) for p in prompts]
+    eng.run()
+    return {"ttft": [r.ttft_s for r in reqs], "itl": [g for r in reqs for g in r.itl_s],
+            "tokens": [r.output_tokens for r in reqs]}
+
+
+def over_http(model, prompts: List[List[int]], max_tokens: int, model_name: str, **engine_options) -> Dict[str, list]:
+    import openai
+
+    from mlxlab import serve
+
+    srv = serve.build(model, model_name=model_name, **engine_options)
+    url, stop = serve.start_background(srv)
+
+    async def one(client, prompt):
+        t0 = time.perf_counter()
+        times, tokens = [], []
+        stream = await client.completions.create(model=model_name, prompt=prompt, max_tokens=max_tokens, stream=True)
+        async for chunk in stream:
+            ids = chunk.choices[0].token_ids or []
+            now = time.perf_counter()
+            times.extend([now] * len(ids))
+            tokens.extend(ids)
+        return t0, times, tokens
+
+    async def all_of():
+        async with openai.AsyncOpenAI(base_url=url + "/v1", api_key="none", max_retries=0, timeout=600) as client:
+            return await asyncio.gather(*(one(client, p) for p in prompts))
+
+    try:
+        results = asyncio.run(all_of())
+    finally:
+        stop()
+    return {"ttft": [ts[0] - t0 for t0, ts, _ in results if ts],
+            "itl": [b - a for _, ts, _ in results for a, b in zip(ts, ts[1:])],
+            "tokens": [tok for _, _, tok in results]}
+
+
+def serve_overhead(model, *, model_name: str, streams: Sequence[int] = (1, 16), prompt_tokens: int = 256,
+                   max_tokens: int = 64, repeats: int = 3, seed: int = 0, progress: bool = True,
+                   **engine_options) -> dict:
+    """The HTTP path against the in-process engine (see the module docstring): per concurrency,
+    ``http`` and ``in_process`` summaries (TTFT and ITL p50/p99 in ms), their ratios, and whether
+    the two paths produced the same tokens (greedy: they must)."""
+    from mlxlab.core.presets import model_limits
+    from mlxlab.engine.warmup import random_prompt
+
+    if repeats < 1:
+        raise ValueError(f"repeats must be at least 1, got {repeats}")
+    vocab, _ = model_limits(model)
+    out: Dict[str, dict] = {}
+    t_start = time.perf_counter()
+    # a throwaway run of each path first: kernels, the server stack and the client warm up
+    warm = [random_prompt(prompt_tokens, vocab, seed + 1000)]
+    in_process(model, warm, 4, **engine_options)
+    over_http(model, warm, 4, model_name, **engine_options)
+    for n in streams:
+        prompts = [random_prompt(prompt_tokens, vocab, seed + i) for i in range(n)]
+        pooled = {"http": {"ttft": [], "itl": []}, "in_process": {"ttft": [], "itl": []}}
+        same = True
+        for rep in range(repeats):
+            order = ("http", "in_process") if rep % 2 == 0 else ("in_process", "http")
+            got = {}
+            for path in order:
+                got[path] = (over_http(model, prompts, max_tokens, model_name, **engine_options) if path == "http"
+                             else in_process(model, prompts, max_tokens, **engine_options))
+                pooled[path]["ttft"] += got[path]["ttft"]
+                pooled[path]["itl"] += got[path]["itl"]
+            same = same and got["http"]["tokens"] == got["in_process"]["tokens"]
+            if progress:
+                print(f"  streams {n}, round {rep + 1}/{repeats}: done", flush=True)
+        h, e = _summary(**pooled["http"]), _summary(**pooled["in_process"])
+        out[str(n)] = {"http": h, "in_process": e, "same_tokens": same,
+                       "ratios": {k: h[k] / e[k] for k in ("ttft_p50_ms", "ttft_p99_ms", "itl_p50_ms", "itl_p99_ms")
+                                  if e[k] > 0}}
+    return {"streams": out, "wall_s": time.perf_counter() - t_start,
+            "config": {"streams": list(streams), "prompt_tokens": prompt_tokens, "max_tokens": max_tokens,
+                       "repeats": repeats, "seed": seed, "engine_options": engine_options}}
+
+
+def format_table(name: str, res: dict) -> str:
+    lines = [f"{name}: HTTP (openai client, streaming, loopback) against the in-process engine",
+             f"{'streams':>8} {'path':<11}{'TTFT p50':>10}{'TTFT p99':>10}{'ITL p50':>9}{'ITL p99':>9}  (ms)"]
+    for n, r in res["streams"].items():
+        for path in ("in_process", "http"):
+            s = r[path]
+            lines.append(f"{n:>8} {path:<11}{s['ttft_p50_ms']:>10.2f}{s['ttft_p99_ms']:>10.2f}"
+                         f"{s['itl_p50_ms']:>9.2f}{s['itl_p99_ms']:>9.2f}")
+        rt = r["ratios"]
+        lines.append(f"{'':>8} {'http / in':<11}{rt.get('ttft_p50_ms', float('nan')):>9.2f}x"
+                     f"{rt.get('ttft_p99_ms', float('nan')):>9.2f}x{rt.get('itl_p50_ms', float('nan')):>8.2f}x"
+                     f"{rt.get('itl_p99_ms', float('nan')):>8.2f}x  same tokens: {r['same_tokens']}")
+    return "\n".join(lines)
