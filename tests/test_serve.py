@@ -194,3 +194,21 @@ def test_sigterm_cancels_in_flight_requests_and_exits_0(tmp_path):
     finally:
         if proc.poll() is None:
             proc.kill()
+
+
+def test_run_workload_over_http_gives_the_in_process_tokens_and_tables(server, tiny):
+    """The HTTP executor drives the seed-001 workload (a chat session beside batch workers)
+    against the server; every request's output equals the in-process run's (greedy), and the
+    summary table has the same rows and columns."""
+    from mlxlab import run_workload
+    from mlxlab.core.workload import workload_preset
+    from mlxlab.serve.client import HttpExecutor
+
+    wl = workload_preset("chat+batch", vocab_size=tiny.vocab_size, scale=1 / 256, max_context=2048)
+    http = run_workload(HttpExecutor(server[1], "tiny"), wl, max_wall_s=120)
+    local = run_workload(tiny, wl, chunk_size=64, max_wall_s=120)
+    assert http.complete and local.complete
+    by_prompt = lambda res: sorted((r.tenant, tuple(r.prompt), tuple(r.output_tokens)) for r in res.submitted)  # noqa: E731
+    assert by_prompt(http) == by_prompt(local)
+    assert list(http.summary_table().tenant) == list(local.summary_table().tenant)
+    assert list(http.summary_table().columns) == list(local.summary_table().columns)
