@@ -26,10 +26,15 @@
 #   limit      issue 16: bench engine with the decode-limit rows (bare loop, engine, mlx-lm at batch 1 and 8,
 #              host profile per step), 3 presets, 5 repeats (~300 s)
 #   exit       issue 16: probes/exit_probe.py, which uses of streams on threads exit 0 (~60 s)
-#   contention issue 16: bench contention, 3 presets (a chat beside a 30k-token document)
+#   contention issue 16: bench contention, 3 presets (a chat beside a 30k-token document); the default settings
+#              are those of the committed run (the overlap ones that met or came closest to the bounds)
+#   oprofile   issue 16: probes/overlap_profile.py, where the chat's and the document's time goes (~120 s)
+#   serve      issue 18: bench serve, 3 presets, 1 and 16 streams (needs the server's wheels in .whl/:
+#              starlette uvicorn sse-starlette prometheus-client openai httpx and their needs; see
+#              ../.library/device/README.md on carrying wheels)
 set -uo pipefail
 cd "$(dirname "$0")/.."
-part=${1:?give a PART: engine | engine05 | sim | sched | sched_cudnn | slo | singlereq | rebatch | chunks | decodes | presize | align | limit | exit | contention}
+part=${1:?give a PART: engine | engine05 | sim | sched | sched_cudnn | slo | singlereq | rebatch | chunks | decodes | presize | align | limit | exit | contention | oprofile | serve}
 H="bash scripts/h200.sh"
 LOG=${OUT:-/tmp}/logs/$part.log
 MARK=$(mktemp) && touch "$MARK"
@@ -96,8 +101,14 @@ case "$part" in
   contention)
     T=${T_CONT:-540} run $H bench contention --save --models ${CONT_MODELS:-qwen2.5-0.5b llama-3.2-1b qwen2.5-coder-1.5b} \
       --bits 4 --doc-tokens 30000 --chat-context 1536 --repeats ${CONT_REPEATS:-3} --settings ${CONT_SETTINGS:-mlx_lm-2048 \
-      interleave-512 interleave-2048 stall_free-256 stall_free-512 stall_free-1024 overlap-256 overlap-512 overlap-2048 \
-      overlap-512-pipelined overlap-2048-pipelined slo} ${CONT_ARGS:-} ;;
+      interleave-2048 stall_free-1024 overlap-2048 overlap-2048-pipelined overlap-2048-pipelined-jobs16 slo} ${CONT_ARGS:-} ;;
+  oprofile)
+    T=${T_OPROF:-300} run $PY -m probes.overlap_profile --models ${OPROF_MODELS:-qwen2.5-0.5b llama-3.2-1b qwen2.5-coder-1.5b} \
+      --bits 4 --doc-tokens 30000 --chat-context 1536 --settings overlap-2048-pipelined overlap-2048-pipelined-jobs16 \
+      --switch default --repeats 3 --platform h200 ;;
+  serve)
+    T=${T_SERVE:-400} run $H bench serve --save --models ${SERVE_MODELS:-qwen2.5-0.5b llama-3.2-1b qwen2.5-coder-1.5b} \
+      --bits 4 --streams 1 16 --prompt-tokens 1024 --max-tokens 128 --repeats 3 ;;
   *) echo "unknown PART $part" >&2; exit 2 ;;
 esac
 if [ -n "${OUT:-}" ]; then
