@@ -212,3 +212,25 @@ def test_run_workload_over_http_gives_the_in_process_tokens_and_tables(server, t
     assert by_prompt(http) == by_prompt(local)
     assert list(http.summary_table().tenant) == list(local.summary_table().tenant)
     assert list(http.summary_table().columns) == list(local.summary_table().columns)
+
+
+def test_a_request_over_the_kv_budget_is_refused_with_the_reason_and_others_wait(tiny):
+    """With a KV budget, a request that could never fit gets a 400 saying so; two that fit only
+    one at a time both finish (the second waits for the first's KV)."""
+    per_token = serve.build(tiny, model_name="tiny").worker.engine.kv_bytes_per_token
+    srv = serve.build(tiny, model_name="tiny", chunk_size=64, kv_budget_bytes=300 * per_token)
+    url, stop = serve.start_background(srv)
+    try:
+        r = httpx.post(url + "/v1/completions", json={"model": "tiny", "prompt": list(range(1, 250)), "max_tokens": 100})
+        assert r.status_code == 400 and "KV budget" in r.json()["error"]["message"]
+
+        async def two():
+            async with openai.AsyncOpenAI(base_url=url + "/v1", api_key="none", max_retries=0) as c:
+                return await asyncio.gather(*(c.completions.create(model="tiny", prompt=list(range(1 + i, 150 + i)),
+                                                                    max_tokens=20) for i in range(2)))
+        outs = asyncio.run(two())
+        assert [o.usage.completion_tokens for o in outs] == [20, 20]
+        reqs = srv.worker.engine.requests
+        assert reqs[-1].token_times_s[0] >= reqs[-2].finish_s or reqs[-2].token_times_s[0] >= reqs[-1].finish_s
+    finally:
+        stop()

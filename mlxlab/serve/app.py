@@ -306,6 +306,8 @@ def _usage(prompt: int, completion: int) -> dict:
 
 def _param_of(message: str) -> Optional[str]:
     m = message.lower()
+    if "kv budget" in m:
+        return "max_tokens"
     for word, param in (("max_tokens", "max_tokens"), ("prompt", "prompt"), ("token id", "prompt"),
                         ("kv", "kv_bits"), ("temperature", "temperature"), ("top_p", "top_p"), ("seed", "seed")):
         if word in m:
