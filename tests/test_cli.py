@@ -12,8 +12,8 @@ import pytest
 from mlxlab.cli import build_parser, main
 
 ROOT = Path(__file__).resolve().parent.parent
-EXPECTED = {"bench", "bench engine", "bench contention", "bench scheduling", "bench speculation", "reproduce", "paper", "profile",
-            "validate-sim", "seed-scale", "train-tiny"}
+EXPECTED = {"bench", "bench engine", "bench contention", "bench scheduling", "bench speculation", "bench serve", "reproduce",
+            "paper", "profile", "validate-sim", "seed-scale", "train-tiny", "serve"}
 
 
 def _subcommands(parser: argparse.ArgumentParser, path=()):

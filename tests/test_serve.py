@@ -188,9 +188,9 @@ def test_sigterm_cancels_in_flight_requests_and_exits_0(tmp_path):
             proc.send_signal(signal.SIGTERM)
             rest = list(lines)  # the stream ends (its request cancelled) instead of running to 5,000 tokens
         assert proc.wait(30) == 0, proc.stdout.read().decode()[-2000:]
-        tokens = sum(len(json.loads(x[5:])["choices"][0]["token_ids"]) for x in rest
-                     if x.startswith("data:") and x.strip() != "data: [DONE]")
-        assert tokens < 5000
+        events = [json.loads(x[5:]) for x in rest if x.startswith("data:") and x.strip() != "data: [DONE]"]
+        assert sum(len(e["choices"][0]["token_ids"]) for e in events) < 5000
+        assert events[-1]["choices"][0]["finish_reason"] == "stop" and rest[-1] in ("", "data: [DONE]")
     finally:
         if proc.poll() is None:
             proc.kill()

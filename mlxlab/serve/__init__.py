@@ -19,6 +19,8 @@ from mlxlab.serve.app import Server
 from mlxlab.serve.text import tokenizer_for
 from mlxlab.serve.worker import EngineWorker
 
+SHUTDOWN_DRAIN_S = 3.0  # at SIGINT/SIGTERM, how long cancelled streams get to send their last events
+
 
 def build(model, *, model_name: Optional[str] = None, tokenizer=None, **engine_options) -> Server:
     """A :class:`Server` for ``model`` (a :class:`mlxlab.engine.models.LoadedModel`): an
@@ -40,10 +42,16 @@ def run(server: Server, host: str = "127.0.0.1", port: int = 8000, log_level: st
     exit_handler = uv.handle_exit
 
     def handle_exit(sig, frame) -> None:
-        # cancel in-flight requests first: their streams end with a finish reason and [DONE], so
-        # uvicorn's graceful shutdown finds the connections done instead of cutting them off
+        # cancel in-flight requests first and let their streams end with a finish reason and
+        # [DONE] (a moment, off the signal handler: the event loop must run to send them); only
+        # then tell uvicorn (and sse-starlette, which cuts open streams when it hears of the exit)
         server.worker.cancel_all()
-        exit_handler(sig, frame)
+
+        def later() -> None:
+            server.worker.wait_idle(SHUTDOWN_DRAIN_S)
+            exit_handler(sig, frame)
+
+        threading.Thread(target=later, name="mlxlab-shutdown", daemon=True).start()
 
     uv.handle_exit = handle_exit
     # uvicorn raises the signal it caught again once it has shut down, with the handlers it found

@@ -13,6 +13,7 @@ from __future__ import annotations
 import asyncio
 import queue
 import threading
+import time
 from typing import Dict, Optional
 
 from mlxlab.serve.metrics import ServerMetrics
@@ -63,6 +64,15 @@ class EngineWorker:
     def cancel_all(self) -> None:
         """Cancel every request in flight (shutting down)."""
         self._inbox.put(("cancel_all",))
+
+    def wait_idle(self, timeout_s: float, settle_s: float = 0.2) -> bool:
+        """Wait (up to ``timeout_s``) until no request is in flight, then ``settle_s`` more for
+        the handlers to send what they were handed; False on the timeout."""
+        deadline = time.monotonic() + timeout_s
+        while self._live and time.monotonic() < deadline:
+            time.sleep(0.01)
+        time.sleep(settle_s)
+        return not self._live
 
     def stop(self, timeout_s: float = 30.0) -> None:
         """Cancel every request still in flight (each stream gets ``done: cancelled``) and stop
