@@ -234,3 +234,23 @@ def test_a_request_over_the_kv_budget_is_refused_with_the_reason_and_others_wait
         assert reqs[-1].token_times_s[0] >= reqs[-2].finish_s or reqs[-2].token_times_s[0] >= reqs[-1].finish_s
     finally:
         stop()
+
+
+def test_over_max_in_flight_a_request_gets_429_with_retry_after(tiny):
+    srv = serve.build(tiny, model_name="tiny", chunk_size=64, max_in_flight=1)
+    url, stop = serve.start_background(srv)
+    try:
+        with httpx.stream("POST", url + "/v1/completions", timeout=30,
+                          json={"model": "tiny", "prompt": "x", "max_tokens": 3000, "stream": True}) as r:
+            lines = r.iter_lines()
+            next(lines)  # the first request is in the engine
+            busy = httpx.post(url + "/v1/completions", json={"model": "tiny", "prompt": "y", "max_tokens": 2})
+        assert busy.status_code == 429 and busy.headers["retry-after"] == "1"
+        assert busy.json()["error"]["type"] == "rate_limit_error"
+        deadline = time.monotonic() + 20
+        while srv.worker.in_flight and time.monotonic() < deadline:  # the disconnect cancelled the first
+            time.sleep(0.02)
+        ok = httpx.post(url + "/v1/completions", json={"model": "tiny", "prompt": "y", "max_tokens": 2})
+        assert ok.status_code == 200
+    finally:
+        stop()

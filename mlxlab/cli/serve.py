@@ -34,6 +34,8 @@ def register(sub: argparse._SubParsersAction) -> None:
     sp.add_argument("--kv-budget-mb", type=positive_int, default=None,
                     help="admit requests by KV memory: one that fits beside the running ones waits, one that "
                          "could never fit is refused with the reason (default: no budget)")
+    sp.add_argument("--max-in-flight", type=positive_int, default=None,
+                    help="with this many requests in the engine, another gets 429 and Retry-After (default: no limit)")
     sp.add_argument("--warmup", default="token", help="engine warm-up before serving: off, token, shapes or policy")
     sp.add_argument("--host", default="127.0.0.1", help="address to listen on")
     sp.add_argument("--port", type=positive_int, default=8000, help="port to listen on")
@@ -108,7 +110,8 @@ def cli_serve(args: argparse.Namespace) -> int:
         prefix = PrefixCache(max_tokens=args.prefix_cache_tokens)
     server = serve.build(model, model_name=args.model, policy=args.policy, chunk_size=args.chunk_size,
                          overlap=args.overlap, prefix_cache=prefix, warmup=args.warmup,
-                         kv_budget_bytes=args.kv_budget_mb << 20 if args.kv_budget_mb else None, **options)
+                         kv_budget_bytes=args.kv_budget_mb << 20 if args.kv_budget_mb else None,
+                         max_in_flight=args.max_in_flight, **options)
     print(f"mlxlab serve: {args.model} ({model.num_params / 1e6:.1f}M params, {model.dtype}), policy {args.policy} "
           f"{options or ''}, chunk {args.chunk_size}, on http://{args.host}:{args.port}", flush=True)
     serve.run(server, host=args.host, port=args.port, log_level=args.log_level)

@@ -22,14 +22,16 @@ from mlxlab.serve.worker import EngineWorker
 SHUTDOWN_DRAIN_S = 3.0  # at SIGINT/SIGTERM, how long cancelled streams get to send their last events
 
 
-def build(model, *, model_name: Optional[str] = None, tokenizer=None, **engine_options) -> Server:
+def build(model, *, model_name: Optional[str] = None, tokenizer=None, max_in_flight: Optional[int] = None,
+          **engine_options) -> Server:
     """A :class:`Server` for ``model`` (a :class:`mlxlab.engine.models.LoadedModel`): an
-    :class:`mlxlab.Engine` with ``engine_options`` on its own thread (started with the app)."""
+    :class:`mlxlab.Engine` with ``engine_options`` on its own thread (started with the app);
+    ``max_in_flight``: more requests at once get 429 with Retry-After."""
     from mlxlab.engine.loop import Engine
 
     name = model_name or getattr(model, "name", "model")
     engine = Engine(model, **engine_options)
-    return Server(EngineWorker(engine), tokenizer or tokenizer_for(name), name)
+    return Server(EngineWorker(engine), tokenizer or tokenizer_for(name), name, max_in_flight=max_in_flight)
 
 
 def run(server: Server, host: str = "127.0.0.1", port: int = 8000, log_level: str = "info") -> None:

@@ -70,9 +70,13 @@ def _names(types) -> str:
 class Server:
     """The app and its state: the worker (engine thread), the tokenizer, the served model name."""
 
-    def __init__(self, worker: EngineWorker, tokenizer, model_name: str, max_body_bytes: int = MAX_BODY_BYTES):
+    def __init__(self, worker: EngineWorker, tokenizer, model_name: str, max_body_bytes: int = MAX_BODY_BYTES,
+                 max_in_flight: Optional[int] = None):
         self.worker, self.tokenizer, self.model_name = worker, tokenizer, model_name
         self.max_body_bytes = max_body_bytes
+        # with this many requests in the engine, another gets 429 and Retry-After (counted by the
+        # engine thread, so a burst arriving in one moment may pass it by a few)
+        self.max_in_flight = max_in_flight
         self.started = int(time.time())
 
     # ------------------------------------------------------------------ the app
@@ -190,6 +194,10 @@ class Server:
                                 f"context of {ctx} tokens: lower max_tokens to at most {ctx - len(ids)}",
                            "max_tokens", "context_length_exceeded")
         engine_opts = {k: v for k, v in opts.items() if v is not None}
+        if self.max_in_flight is not None and self.worker.in_flight >= self.max_in_flight:
+            raise ApiError(429, f"{self.worker.in_flight} requests are in flight, the most this server takes at "
+                                f"once (--max-in-flight); retry in a moment", None, "server_busy",
+                           kind="rate_limit_error", headers={"Retry-After": "1"})
         stream = Stream(asyncio.get_running_loop(), tenant)
         self.worker.submit(stream, ids, max_tokens, stop_tokens=self.tokenizer.eos_token_ids, **engine_opts)
         first = await stream.events.get()

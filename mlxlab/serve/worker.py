@@ -82,6 +82,11 @@ class EngineWorker:
         self.thread.join(timeout_s)
 
     @property
+    def in_flight(self) -> int:
+        """Requests submitted to the engine and not finished."""
+        return len(self._live)
+
+    @property
     def alive(self) -> bool:
         return self.thread.is_alive()
 

@@ -1,6 +1,6 @@
 """What the HTTP path costs (issue 18): the same requests through ``mlxlab serve`` (the openai
-client over loopback, streaming) and submitted to an in-process :class:`mlxlab.Engine`, on the
-same model object, for 1 and N concurrent streams.
+client, in a process of its own, over loopback, streaming) and submitted to an in-process
+:class:`mlxlab.Engine`, on the same model object, for 1 and N concurrent streams.
 
 Per round and concurrency, the two paths run back to back, in alternating order, each on a fresh
 engine with the same options and prompts (random ids, one per stream). TTFT is from sending (HTTP)
@@ -12,7 +12,6 @@ in-process. Importing this module loads no MLX.
 
 from __future__ import annotations
 
-import asyncio
 import time
 from typing import Dict, List, Sequence
 
@@ -39,36 +38,57 @@ def in_process(model, prompts: List[List[int]], max_tokens: int, **engine_option
             "tokens": [r.output_tokens for r in reqs]}
 
 
+# the HTTP client runs in a process of its own, as a tenant's would: in the server's process its
+# parsing of every streamed chunk would take the GIL from the engine thread and be counted as the
+# server's cost. It prints one JSON line: per stream, the send time, its token ids and their times.
+_CLIENT = r"""
+import asyncio, json, sys, time
+import openai
+url, model, max_tokens = sys.argv[1], sys.argv[2], int(sys.argv[3])
+prompts = json.loads(sys.stdin.read())
+
+async def one(client, prompt):
+    t0 = time.perf_counter()
+    times, tokens = [], []
+    stream = await client.completions.create(model=model, prompt=prompt, max_tokens=max_tokens, stream=True)
+    async for chunk in stream:
+        ids = chunk.choices[0].token_ids or []
+        now = time.perf_counter()
+        times.extend([now] * len(ids))
+        tokens.extend(ids)
+    return {"t0": t0, "times": times, "tokens": tokens}
+
+async def main():
+    async with openai.AsyncOpenAI(base_url=url + "/v1", api_key="none", max_retries=0, timeout=600) as client:
+        await client.models.list()  # the connection and the client warm before the clock
+        return await asyncio.gather(*(one(client, p) for p in prompts))
+
+print(json.dumps(asyncio.run(main())))
+"""
+
+
 def over_http(model, prompts: List[List[int]], max_tokens: int, model_name: str, **engine_options) -> Dict[str, list]:
-    import openai
+    """The prompts as concurrent streams from a client process (the openai package) to a server on
+    ``model`` in this process; the client's clock times them."""
+    import json
+    import subprocess
+    import sys
 
     from mlxlab import serve
 
     srv = serve.build(model, model_name=model_name, **engine_options)
     url, stop = serve.start_background(srv)
-
-    async def one(client, prompt):
-        t0 = time.perf_counter()
-        times, tokens = [], []
-        stream = await client.completions.create(model=model_name, prompt=prompt, max_tokens=max_tokens, stream=True)
-        async for chunk in stream:
-            ids = chunk.choices[0].token_ids or []
-            now = time.perf_counter()
-            times.extend([now] * len(ids))
-            tokens.extend(ids)
-        return t0, times, tokens
-
-    async def all_of():
-        async with openai.AsyncOpenAI(base_url=url + "/v1", api_key="none", max_retries=0, timeout=600) as client:
-            return await asyncio.gather(*(one(client, p) for p in prompts))
-
     try:
-        results = asyncio.run(all_of())
+        out = subprocess.run([sys.executable, "-c", _CLIENT, url, model_name, str(max_tokens)], input=json.dumps(prompts),
+                             capture_output=True, text=True, timeout=1800)
     finally:
         stop()
-    return {"ttft": [ts[0] - t0 for t0, ts, _ in results if ts],
-            "itl": [b - a for _, ts, _ in results for a, b in zip(ts, ts[1:])],
-            "tokens": [tok for _, _, tok in results]}
+    if out.returncode != 0:
+        raise RuntimeError(f"the HTTP client failed: {out.stderr[-2000:]}")
+    results = json.loads(out.stdout.strip().splitlines()[-1])
+    return {"ttft": [r["times"][0] - r["t0"] for r in results if r["times"]],
+            "itl": [b - a for r in results for a, b in zip(r["times"], r["times"][1:])],
+            "tokens": [r["tokens"] for r in results]}
 
 
 def serve_overhead(model, *, model_name: str, streams: Sequence[int] = (1, 16), prompt_tokens: int = 256,
