@@ -254,3 +254,16 @@ def test_over_max_in_flight_a_request_gets_429_with_retry_after(tiny):
         assert ok.status_code == 200
     finally:
         stop()
+
+
+def test_the_serve_overhead_study_runs_both_paths_on_the_same_tokens(tiny):
+    from mlxlab.studies.serve_overhead import format_table, serve_overhead
+
+    res = serve_overhead(tiny, model_name="tiny", streams=(1, 3), prompt_tokens=24, max_tokens=4, repeats=1,
+                         progress=False, chunk_size=64)
+    for n in ("1", "3"):
+        r = res["streams"][n]
+        assert r["same_tokens"] and r["http"]["n_ttft"] == r["in_process"]["n_ttft"] == int(n)
+        assert r["http"]["ttft_p50_ms"] > 0 and set(r["ratios"]) == {"ttft_p50_ms", "ttft_p99_ms", "itl_p50_ms",
+                                                                       "itl_p99_ms"}
+    assert "http / in" in format_table("tiny", res)
