@@ -324,7 +324,7 @@ class Engine(OverlapSteps, PlanExecutor):
                 self._solo.append(s)
         plain = [s for s in ready if s.kv is None]
         if plain:
-            # the next input: the last prompt token, or the first output if it was sampled on the prefill thread
+            # the next input: the last prompt token, or the first output if it was already sampled (overlap mode)
             inputs = [s.req.output_tokens[-1] if s.issued else s.req.prompt[-1] for s in plain]
             self._batch.join([s.cache for s in plain], mx.array(inputs, dtype=mx.uint32))
             for s in plain:

@@ -10,7 +10,9 @@ two mlx streams from two threads, so decoding does not wait for a chunk to finis
   inside the thread: mlx streams belong to the thread that made them). That thread runs the chunks of one handed-over plan, evaluates the caches, fills in that plan's
   :class:`~mlxlab.core.request.StepRecord` (phase "prefill", ``thread`` "prefill", its own start
   and end) and publishes the sequences whose prefill finished; the main thread collects them at
-  its next step, and they join the decode batch at the next decode. When nothing else can run,
+  its next step, samples each one's first token on its own cache
+  (:meth:`mlxlab.engine.overlap_steps.OverlapSteps._first_token`), and those with more to
+  produce join the decode batch at the next decode. When nothing else can run,
   the main thread waits on the worker (a condition variable) instead of spinning.
 * **Cache ownership.** A sequence's own KV cache belongs to the worker from hand-over until the
   main thread collects the worker's result; the main thread does not touch it (nor the

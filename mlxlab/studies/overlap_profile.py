@@ -144,7 +144,7 @@ def slowest_steps(rows: Sequence[tuple], w0: float, w1: float, n: int = 3) -> Li
     return out
 
 
-def _run_solo(model, spec, chat_prompt, max_chat) -> dict:
+def _run_solo(model, spec, chat_prompt) -> dict:
     eng = make_executor(model, spec, "off")
     ev = _Events()
     with eng, instrumented(eng, ev):
@@ -237,7 +237,7 @@ def profile_setting(model, spec: dict, chat_prompt: List[int], doc_prompt: List[
     the process's first use of the setting's shapes); medians of the warm ones."""
     runs = {"solo": [], "alone": [], "together": []}
     for _ in range(repeats):
-        runs["solo"].append(_run_solo(model, spec, chat_prompt, max_chat))
+        runs["solo"].append(_run_solo(model, spec, chat_prompt))
         runs["alone"].append(_run_alone(model, spec, doc_prompt))
         runs["together"].append(_run_together(model, spec, chat_prompt, doc_prompt, max_chat))
     warm = {k: v[1:] if len(v) > 1 else v for k, v in runs.items()}
