@@ -59,3 +59,54 @@ def test_slo_default_target_is_twice_the_models_decode_only_step():
     assert "2x decode step" in repr(pol)
     with pytest.raises(ValueError, match="itl_target_x"):
         SLOChunking(itl_target_x=1.0)
+
+
+def test_policy_warmup_keeps_the_chat_decoding_through_the_whole_document(tiny):
+    """Every chunk of the warm-up's document runs beside the chat's decode, as in the scene it warms
+    for: a packing policy (stall_free) then meets its packed shapes, not the document alone. The
+    chat used to stop after 8 tokens, leaving most of the document's chunks to run alone."""
+    from mlxlab.engine.warmup import policy_warmup
+
+    eng = Engine(tiny, policy="stall_free", token_budget=24, chunk_size=32)
+    policy_warmup(eng, tiny.vocab_size, 200)
+    chat, doc = eng.requests
+    doc_steps = [r for r in eng.steps if any(c[0] == doc.id for c in r.prefill)]  # the document's chunks
+    assert len(doc_steps) >= 200 // 24
+    assert all(r.decode_seqs == [chat.id] and r.fused for r in doc_steps)  # each packed with the chat's decode
+    assert chat.finish_reason == "cancelled" and doc.done and not eng.has_work
+    assert sum(t > doc.token_times_s[0] for t in chat.token_times_s) >= 2
+
+
+def test_slo_plans_its_largest_chunk_when_prefill_runs_beside_decode():
+    """In overlap mode a chunk does not lengthen the decode step it is planned with, so slo has
+    nothing to trade and plans max_chunk even while a chat decodes (and counts no choice)."""
+    from mlxlab.core.plan import SchedulerState, SeqView
+    pol = SLOChunking(min_chunk=16, max_chunk=1024)
+    st = SchedulerState(0, 1024, [SeqView(1, "b", 0, 20000, 0)], [SeqView(2, "chat", 0, 5, 5, 1, 99)],
+                        side_prefill=True)
+    assert pol.schedule(st).prefill == [(1, 1024)] and pol.chosen == []
+    st.side_prefill = False
+    assert pol.schedule(st).prefill == [(1, 16)]  # serial, nothing learned yet: its smallest chunk
+
+
+def test_engine_left_to_choose_runs_slo_beside_decode_on_a_gpu_only(tiny, monkeypatch):
+    """overlap=None: slo's side_prefill options (pipelined, the whole prompt per hand-over) on a GPU;
+    off on the CPU; an explicit option always wins; greedy output equals mlx-lm's either way."""
+    import mlxlab.engine.overlap as ov
+    from mlxlab.policies.slo import WHOLE_PROMPT
+
+    cpu = Engine(tiny, policy="slo")
+    assert cpu.overlap is False and Engine(tiny, policy="interleave").overlap is False
+    monkeypatch.setattr(ov, "side_by_side_device", lambda: True)
+    eng = Engine(tiny, policy="slo", chunk_size=32)
+    assert (eng.overlap, eng.overlap_sync, eng.overlap_job_chunks) == (True, "pipelined", WHOLE_PROMPT)
+    assert Engine(tiny, policy="interleave").overlap is False  # no side_prefill wish
+    assert Engine(tiny, policy="slo", overlap=False).overlap is False
+    assert Engine(tiny, policy="slo", overlap_sync="layer").overlap_sync == "layer"
+    ps = prompts_for(random.Random(4), tiny.vocab_size, [90, 7])
+    rs = [eng.submit(p, 6) for p in ps]
+    eng.run()
+    for r, p in zip(rs, ps):
+        assert_matches(r.output_tokens, reference(tiny, p, 6))
+    with pytest.raises(ValueError, match="overlap must be"):
+        Engine(tiny, overlap="yes")

@@ -85,7 +85,8 @@ class PlanExecutor(Executor):
         the decoding sequences (those waiting to join the batch count as decoding)."""
         return SchedulerState(now_s=self.now(), chunk_size=self.chunk_size,
                               prefill_queue=[s.view() for s in self._schedulable()],
-                              decoding=[s.view() for s in self._ready + self._active_decoding()])
+                              decoding=[s.view() for s in self._ready + self._active_decoding()],
+                              side_prefill=bool(getattr(self, "overlap", False)))
 
     def flush(self) -> None:
         """Read any decode tokens still in flight (``run`` does this when it ends)."""

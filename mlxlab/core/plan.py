@@ -42,6 +42,9 @@ class SchedulerState:
     chunk_size: int
     prefill_queue: List[SeqView]  # arrival order; started prefills keep their place
     decoding: List[SeqView]
+    # the executor runs prefill chunks beside decode steps (the engine's overlap mode): a chunk
+    # does not lengthen the decode step it is planned with
+    side_prefill: bool = False
 
     @property
     def in_flight_prefills(self) -> List[SeqView]:

@@ -45,7 +45,7 @@ from mlxlab.engine.batch import (
     trim,
 )
 from mlxlab.engine.fused import can_fuse, packed_forward
-from mlxlab.engine.overlap import OVERLAP_SYNCS, DecodePacer, PrefillWorker
+from mlxlab.engine.overlap import OVERLAP_SYNCS, DecodePacer, PrefillWorker, resolve_overlap
 from mlxlab.engine.overlap_steps import OverlapSteps
 from mlxlab.engine.sampling import make_request_sampler, sample_rows
 from mlxlab.engine.warmup import warmup as run_warmup
@@ -75,8 +75,8 @@ def greedy(logits: mx.array) -> mx.array:
 
 
 def _check_options(overlap, overlap_sync, fuse, byte_limits: Dict[str, Optional[int]]) -> None:
-    if not isinstance(overlap, bool):
-        raise ValueError(f"overlap must be True or False, got {overlap!r}")
+    if overlap is not None and not isinstance(overlap, bool):
+        raise ValueError(f"overlap must be True, False or None (the policy's choice), got {overlap!r}")
     if overlap_sync not in OVERLAP_SYNCS:
         raise ValueError(f"overlap_sync must be one of {OVERLAP_SYNCS}, got {overlap_sync!r}")
     for name, v in byte_limits.items():
@@ -98,8 +98,12 @@ class Engine(OverlapSteps, PlanExecutor):
         clock: the engine's clock (seconds); ``now()`` is its reading less the one at start.
         overlap: run prefill chunks on a worker thread and stream, concurrently with decode
             steps (:mod:`mlxlab.engine.overlap`). Call :meth:`close` (or use the engine as a
-            context manager) when stepping by hand; :meth:`run` stops the worker itself.
-        overlap_sync: how the prefill worker evaluates a chunk: "layer" (default) layer by
+            context manager) when stepping by hand; :meth:`run` stops the worker itself. None
+            (default): the policy's choice: on a GPU, a policy with ``side_prefill`` options
+            (``slo``) runs in overlap mode with them; otherwise off
+            (:func:`mlxlab.engine.overlap.resolve_overlap`).
+        overlap_sync: how the prefill worker evaluates a chunk: "layer" (the default unless the
+            policy asks otherwise) layer by
             layer, waiting for each; "pipelined" layer by layer with one layer queued ahead (no
             idle gap between layers on a GPU, about two layers in flight); "chunk" all at once.
             See "mlx back-pressure" in :mod:`mlxlab.engine.overlap`.
@@ -109,7 +113,8 @@ class Engine(OverlapSteps, PlanExecutor):
             document's prefill. None (default): decode as fast as it can.
         overlap_job_chunks: in overlap mode, how many chunks of a prompt one hand-over to the
             prefill thread holds: the plan's chunk and up to this many less one more of
-            ``chunk_size`` (1, the default: the policy plans every chunk).
+            ``chunk_size`` (1, the default unless the policy asks otherwise: the policy plans
+            every chunk).
         prefix_cache: a :class:`mlxlab.engine.prefix_cache.PrefixCache`: each submitted prompt starts
             from the KV of its longest cached prefix (only the rest is prefilled), and each
             finished request's prompt + output go into the cache (a chat's next turn hits).
@@ -150,15 +155,18 @@ class Engine(OverlapSteps, PlanExecutor):
     def __init__(self, model, *, policy: "str | Policy" = "interleave", chunk_size: int = 2048,
                  sampler: Optional[Callable[[mx.array], mx.array]] = None,
                  stop_tokens: Sequence[int] = (), clock: Callable[[], float] = time.perf_counter,
-                 overlap: bool = False, overlap_sync: str = "layer", prefix_cache=None,
+                 overlap: Optional[bool] = None, overlap_sync: Optional[str] = None, prefix_cache=None,
                  warmup: str = "off", kv_budget_bytes: Optional[int] = None,
                  cache_limit_bytes: Optional[int] = None, memory_limit_bytes: Optional[int] = None,
                  fuse: Optional[bool] = None, key_align: int = KEY_ALIGN,
                  warmup_tokens: Optional[int] = None, overlap_pace_x: Optional[float] = None,
-                 overlap_job_chunks: int = 1, **policy_options):
+                 overlap_job_chunks: Optional[int] = None, **policy_options):
         vocab_size, max_context = model_limits(model)
         super().__init__(chunk_size=chunk_size, key_align=key_align, stop_tokens=stop_tokens,
                          vocab_size=vocab_size, max_context=max_context)
+        self.policy = make_policy(policy, **with_key_align(policy, key_align, policy_options))
+        overlap, overlap_sync, overlap_job_chunks = resolve_overlap(self.policy, overlap, overlap_sync,
+                                                                    overlap_job_chunks)
         _check_options(overlap, overlap_sync, fuse, {"kv_budget_bytes": kv_budget_bytes,
                                                      "cache_limit_bytes": cache_limit_bytes,
                                                      "memory_limit_bytes": memory_limit_bytes})
@@ -174,7 +182,6 @@ class Engine(OverlapSteps, PlanExecutor):
         self.kv_budget_bytes = kv_budget_bytes
         self._budget = KVBudget(model, kv_budget_bytes)
         self.kv_bytes_per_token = self._budget.full_bytes_per_token
-        self.policy = make_policy(policy, **with_key_align(policy, key_align, policy_options))
         self.fuse = self._fuses(fuse, overlap)
         self.key_align = key_align if can_pad(self.module) else 1
         self.sampler = sampler or greedy

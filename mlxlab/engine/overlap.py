@@ -65,6 +65,27 @@ WORKER_POLL_S = 1.0  # a main thread waiting on the prefill thread checks this o
 Chunks = List[Tuple[SequenceState, int]]
 
 
+
+def side_by_side_device() -> bool:
+    """Whether the default device runs a second stream's work beside the first's (a GPU). On a
+    CPU both streams share the same cores, and overlap mode only adds a thread."""
+    return mx.default_device().type == mx.DeviceType.gpu
+
+
+def resolve_overlap(policy, overlap, overlap_sync, overlap_job_chunks):
+    """``(overlap, overlap_sync, overlap_job_chunks)`` for an engine: ``overlap`` None leaves the
+    choice to the policy, whose ``side_prefill`` options (e.g. ``slo``'s) turn overlap mode on
+    where the device runs both streams at once (:func:`side_by_side_device`); an option given
+    explicitly always wins over the policy's; the rest default to "layer" and 1."""
+    wanted = getattr(policy, "side_prefill", None)
+    if overlap is None:
+        overlap = bool(wanted) and side_by_side_device()
+    prefs = dict(wanted or {}) if overlap else {}
+    sync = overlap_sync if overlap_sync is not None else prefs.get("overlap_sync", "layer")
+    jobs = overlap_job_chunks if overlap_job_chunks is not None else prefs.get("overlap_job_chunks", 1)
+    return overlap, sync, jobs
+
+
 class PrefillThread:
     """The process's prefill thread for one device and its stream, shared by every engine's
     :class:`PrefillWorker` (see "Lifetime" in the module docstring). Jobs run one at a time in the

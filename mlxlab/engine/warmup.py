@@ -65,12 +65,26 @@ def warmup(new_engine: Callable[[int], Executor], vocab_size: int, mode: str = "
 def policy_warmup(eng: Executor, vocab_size: int, prompt_tokens: int) -> None:
     """The scene a serving policy is tuned for, on a throwaway engine configured like the real one:
     a chat decodes, and a document of ``prompt_tokens`` arrives beside it after the chat's second
-    token; both run to the end. Every chunk size the policy chooses, packed or not, beside a
-    decode or alone, and every context those chunks reach up to ``prompt_tokens``, then runs once
+    token; the chat keeps decoding through the document's whole prefill (it is cancelled two
+    tokens after the document's first). Every chunk size the policy chooses, packed or not, beside
+    a decode or alone, and every context those chunks reach up to ``prompt_tokens``, then runs once
     before the clock starts: mlx's CUDA backend prepares kernels (and cuDNN attention graphs) per
-    shape on first use, which made a first contention run's chat ITL p99 2.6-6.3x its second's."""
-    chat = eng.submit(random_prompt(POLICY_WARMUP_CHAT, vocab_size, 11), 8)
+    shape on first use, which made a first contention run's chat ITL p99 2.6-6.3x its second's.
+
+    The chat used to stop after 8 tokens, so a policy that packs a chunk with the decode rows
+    (``stall_free``) ran most of the warm-up's chunks alone, at other shapes than beside a chat,
+    and its first contention run on the H200 still had 2.4-3.1x the second's chat ITL p99
+    (``data/results/h200/contention.json``, ``first_over_warm_itl_p99``)."""
+    limit = getattr(eng, "max_context", None) or (POLICY_WARMUP_CHAT + prompt_tokens + 9)
+    chat_tokens = max(2, min(prompt_tokens + 8, limit - POLICY_WARMUP_CHAT - 1))
+    chat = eng.submit(random_prompt(POLICY_WARMUP_CHAT, vocab_size, 11), chat_tokens)
     while len(chat.output_tokens) < 2 and eng.has_work:
         eng.step()
-    eng.submit(random_prompt(prompt_tokens, vocab_size, 12), 2)
+    doc = eng.submit(random_prompt(prompt_tokens, vocab_size, 12), 2)
+    while eng.has_work and not doc.done:
+        eng.step()
+    after = len(chat.output_tokens) + 2  # the decode steps right after the document's join, too
+    while eng.has_work and not chat.done and len(chat.output_tokens) < after:
+        eng.step()
+    eng.cancel(chat)
     eng.run()

@@ -13,6 +13,11 @@ class Policy:
     # Whether an executor that can (see mlxlab.engine.fused) should run this policy's decode and
     # prefill chunks of one step in one packed forward pass.
     fuse = False
+    # Engine options (overlap_sync, overlap_job_chunks) with which this policy wants its prefill
+    # run beside decode, on the engine's prefill thread and stream, where the engine is left to
+    # choose (``Engine(overlap=None)``, the default) and the device runs the two streams at once
+    # (a GPU). None: the policy plans serial steps only.
+    side_prefill = None
 
     def schedule(self, state: SchedulerState) -> StepPlan:  # pragma: no cover - abstract
         raise NotImplementedError

@@ -8,6 +8,9 @@ from mlxlab.core.costmodel import StepCostModel  # numpy only: policies stay fre
 from mlxlab.core.plan import KEY_ALIGN, SchedulerState, StepPlan, align_chunk
 from mlxlab.policies.base import Policy
 
+#: overlap_job_chunks that hands a whole prompt to the prefill thread in one job
+WHOLE_PROMPT = 1 << 20
+
 
 class SLOChunking(Policy):
     """Chunk size chosen per step from a cost model of step time: while interactive streams
@@ -42,9 +45,23 @@ class SLOChunking(Policy):
     ``chunk_multiple`` rounds each chosen chunk down to a multiple of it (never below
     ``min_chunk``). A backend that prepares work per query length (mlx's CUDA attention and
     matmuls) pays that again for every new size; a grid keeps the sizes few. ``key_align`` then
-    cuts the chunk so it ends on a key length that is a multiple of it (:func:`align_chunk`)."""
+    cuts the chunk so it ends on a key length that is a multiple of it (:func:`align_chunk`).
+
+    **Beside decode.** On a GPU, no serial step meets the target at any chunk size: a chunk next
+    to a decode step costs several decode steps (every H200 preset, ``infeasible_fraction`` 1.0 in
+    ``data/results/h200/scheduling_slo.json``), and the choice the model makes varies from step
+    to step, so every step meets new (query, key) shapes and pays mlx CUDA's first-use cost for
+    them (cuDNN attention graphs, about 50 ms each), which put slo with its defaults at 12-23x the
+    chat's solo ITL p99 and 10-14x the document's TTFT (``data/results/h200/contention.json``), behind
+    every fixed setting. Running the prefill on a stream of its own beside the decode steps kept
+    the chat within 0.9-4.1x (llama-3.2-1b the highest) at 1.1-1.4x the document's TTFT. So :attr:`side_prefill` asks an
+    engine left to choose (``Engine(overlap=None)``) on a GPU for that mode, layers pipelined and
+    the whole prompt in one hand-over (the settings that came closest to both bounds there). A
+    chunk planned beside decode then does not lengthen the decode step, and the policy plans
+    ``max_chunk``."""
 
     name = "slo"
+    side_prefill = {"overlap_sync": "pipelined", "overlap_job_chunks": WHOLE_PROMPT}
 
     def __init__(self, itl_target_s: Optional[float] = None, min_chunk: int = 32, max_chunk: int = 2048,
                  cost_model=None, interactive_tenants: Optional[Sequence[str]] = None,
@@ -99,7 +116,7 @@ class SLOChunking(Policy):
         if not state.prefill_queue:
             return plan
         s = state.prefill_queue[0]
-        if not self._interactive(state):
+        if state.side_prefill or not self._interactive(state):  # nothing for the chunk to delay
             n = self.max_chunk
         elif not self.cost_model.fitted:
             n = self.min_chunk

@@ -50,8 +50,10 @@ SOLO_CHUNK = 2048  # the solo engine's chunk size (its prompt fits one chunk)
 
 
 def _spec(name: str, executor: str = "engine", policy: str = "interleave", chunk_size: int = 2048,
-          overlap: bool = False, overlap_sync: str = "layer", overlap_pace_x=None, overlap_job_chunks: int = 1,
+          overlap=False, overlap_sync="layer", overlap_pace_x=None, overlap_job_chunks=1,
           **policy_options) -> dict:
+    """A setting. ``overlap``, ``overlap_sync`` and ``overlap_job_chunks`` None leave them to the
+    engine and its policy (``Engine(overlap=None)``); what it ran is in each row's ``ran_as``."""
     return {"name": name, "executor": executor, "policy": policy, "chunk_size": chunk_size, "overlap": overlap,
             "overlap_sync": overlap_sync, "overlap_pace_x": overlap_pace_x, "overlap_job_chunks": overlap_job_chunks,
             "policy_options": policy_options}
@@ -88,7 +90,7 @@ SETTINGS: Dict[str, dict] = {
                                                   overlap=True, overlap_sync="pipelined", overlap_job_chunks=4,
                                                   overlap_pace_x=2.2),
     "slo-overlap": _spec("slo (defaults) on an overlap engine", policy="slo", overlap=True),
-    "slo": _spec("slo (defaults)", policy="slo"),
+    "slo": _spec("slo (defaults)", policy="slo", overlap=None, overlap_sync=None, overlap_job_chunks=None),
     "admission_gate": _spec("admission gate (defaults)", policy="admission_gate"),
 }
 
@@ -129,14 +131,24 @@ def make_executor(model, spec: Mapping, warmup: str, warmup_tokens=None):
         return MlxLmExecutor(model, prefill_step_size=int(spec["chunk_size"]))
     from mlxlab.engine.loop import Engine  # mlx, as above
 
-    return Engine(model, policy=spec["policy"], chunk_size=int(spec["chunk_size"]), overlap=bool(spec["overlap"]),
+    jobs = spec.get("overlap_job_chunks", 1)
+    return Engine(model, policy=spec["policy"], chunk_size=int(spec["chunk_size"]),
+                  overlap=None if spec.get("overlap", False) is None else bool(spec["overlap"]),
                   overlap_sync=spec.get("overlap_sync", "layer"), overlap_pace_x=spec.get("overlap_pace_x"),
-                  overlap_job_chunks=int(spec.get("overlap_job_chunks") or 1),
+                  overlap_job_chunks=None if jobs is None else int(jobs),
                   warmup=warmup, warmup_tokens=warmup_tokens, **dict(spec.get("policy_options") or {}))
 
 
 def _warmup_s(ex) -> float:
     return float(sum((getattr(ex, "warmup_s", None) or {}).values()))
+
+
+def ran_as(ex) -> dict:
+    """The mode an engine ran in, once it chose (``overlap`` None leaves that to its policy)."""
+    if not hasattr(ex, "overlap"):
+        return {}
+    return {"overlap": bool(ex.overlap), "overlap_sync": ex.overlap_sync if ex.overlap else None,
+            "overlap_job_chunks": ex.overlap_job_chunks if ex.overlap else None, "fuse": bool(getattr(ex, "fuse", False))}
 
 
 def solo(model, chat_prompt: List[int], warmup: str, chat_tokens: int = SOLO_TOKENS) -> dict:
@@ -172,7 +184,7 @@ def together(ex, chat_prompt: List[int], doc_prompt: List[int], max_chat: int) -
     n_in = sum(t_doc < t <= t_first for t in tt)
     return {"gaps": window, "chat_tokens_in_window": n_in,
             "chat_tok_s": n_in / (t_first - t_doc) if t_first > t_doc else float("nan"),
-            "ttft_s": doc.ttft_s, "warmup_s": _warmup_s(ex)}
+            "ttft_s": doc.ttft_s, "warmup_s": _warmup_s(ex), "ran_as": ran_as(ex)}
 
 
 def alone(ex, doc_prompt: List[int]) -> dict:
@@ -247,6 +259,7 @@ def summarize(specs: Mapping[str, dict], raw: Mapping[str, List[dict]], solo_ref
                             "alone_ttft_s": runs[0]["alone_ttft_s"]}
         row["first_over_warm_itl_p99"] = _div(row["first_run"]["chat_itl_p99_ms"], row["chat_itl_p99_ms"])
         row["warmup_s"] = runs[0]["warmup_s"]
+        row["ran_as"] = runs[0].get("ran_as", {})
         row["runs"] = [{"ttft_s": r["ttft_s"], "alone_ttft_s": r["alone_ttft_s"], "chat_tok_s": r["chat_tok_s"],
                         "chat_tokens_in_window": r["chat_tokens_in_window"], "warmup_s": r["warmup_s"],
                         "gaps_ms": [round(1e3 * g, 3) for g in r["gaps"]]} for r in runs]
