@@ -141,6 +141,9 @@ def _add_bench_contention(bc: argparse.ArgumentParser) -> None:
                     help="keep the presets of an earlier results file, JSON or (with no JSON) the committed "
                          "data/results/PLATFORM/NAME.json, each with the provenance of the run that measured it, "
                          "and add these; verdicts and the figure cover them all (default: off)")
+    bc.add_argument("--rescore", default=None, metavar="JSON",
+                    help="decide the verdicts of a saved contention file again with this version's rules, in place "
+                         "(nothing is run; marked rescored_by this commit), redraw its figure and stop")
     add_save_argument(bc, "data/results/PLATFORM/ and paper/figures/")
     bc.set_defaults(func=cli_bench_contention)
 
@@ -152,6 +155,8 @@ def cli_bench_contention(args: argparse.Namespace) -> int:
     from mlxlab.studies.contention import format_table, run_contention
     from mlxlab.studies.contention_verdict import verdicts
 
+    if args.rescore:
+        return _rescore_contention(Path(args.rescore), args)
     plat = args.platform or platform_name()
     params = {k: getattr(args, k) for k in ("models", "bits", "dtype", "doc_tokens", "chat_context", "repeats",
                                             "settings", "warmup", "seed")}
@@ -175,6 +180,28 @@ def cli_bench_contention(args: argparse.Namespace) -> int:
     for v in vs:
         print(f"[{v['verdict']}] {v['claim']}: {v['measured']}")
     print(f"wrote {path}" + "".join(f", {p}" for p in figures))
+    return 0
+
+
+def _rescore_contention(path: Path, args: argparse.Namespace) -> int:
+    """``--rescore``: the saved file's verdicts decided again from its stored runs, in place."""
+    import datetime as _dt
+
+    from mlxlab.core.results import _git_commit, _git_dirty, dumps
+    from mlxlab.studies.contention_verdict import verdicts
+
+    doc = json.loads(path.read_text())
+    doc["verdicts"] = verdicts(doc["presets"])
+    doc["rescored_by"] = {"commit": _git_commit(), "dirty": _git_dirty(),
+                          "at": _dt.datetime.now(_dt.timezone.utc).isoformat(timespec="seconds"),
+                          "what": "verdicts decided again from the stored runs by mlxlab.studies.contention_verdict; "
+                                  "no run was repeated"}
+    path.write_text(dumps(doc) + "\n")
+    plat = args.platform or path.parent.name
+    figures = _contention_figure(doc["presets"], path.stem, plat, None if args.save else run_folder(plat, False))
+    for v in doc["verdicts"]:
+        print(f"[{v['verdict']}] {v['claim']}: {v['measured']}")
+    print(f"rescored {path}" + "".join(f", {p}" for p in figures))
     return 0
 
 
