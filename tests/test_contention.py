@@ -201,7 +201,8 @@ def test_settings_resolve_by_label_or_mapping_and_unknown_labels_are_refused():
               "stall_free-1024", "overlap-256", "overlap-512", "overlap-2048", "overlap-512-pipelined",
               "overlap-2048-pipelined", "overlap-2048-jobs4", "overlap-2048-pace1.6", "overlap-2048-pipelined-pace1.6",
               "overlap-2048-pipelined-jobs4", "overlap-2048-pipelined-jobs16", "overlap-2048-pipelined-jobs4-pace1.6",
-              "overlap-2048-pipelined-jobs4-pace2.2", "slo", "slo-overlap",
+              "overlap-2048-pipelined-jobs4-pace2.2", "overlap-2048-jobs16", "overlap-4096-pipelined-jobs8",
+              "overlap-8192-pipelined-jobs4", "slo", "slo-overlap",
               "admission_gate"}
     assert set(ct.SETTINGS) == labels
     assert ct.SETTINGS["overlap-512-pipelined"]["overlap_sync"] == "pipelined"
