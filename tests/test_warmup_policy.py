@@ -110,3 +110,22 @@ def test_engine_left_to_choose_runs_slo_beside_decode_on_a_gpu_only(tiny, monkey
         assert_matches(r.output_tokens, reference(tiny, p, 6))
     with pytest.raises(ValueError, match="overlap must be"):
         Engine(tiny, overlap="yes")
+
+
+def test_slo_stops_observing_steps_once_its_prefill_runs_beside_decode(tiny, monkeypatch):
+    """In overlap mode slo's model decides nothing, so the engine stops building step records for
+    it (their cost and the refits would fall on the chat's thread); serial slo keeps learning."""
+    import mlxlab.engine.overlap as ov
+
+    monkeypatch.setattr(ov, "side_by_side_device", lambda: True)
+    eng = Engine(tiny, policy="slo", chunk_size=32)
+    ps = prompts_for(random.Random(5), tiny.vocab_size, [9, 120])
+    eng.submit(ps[0], 12)
+    eng.step()
+    eng.submit(ps[1], 4)
+    eng.run()
+    assert eng.policy.observes is False and eng.policy._records == []
+    serial = Engine(tiny, policy="slo", chunk_size=32, overlap=False)
+    serial.submit(ps[1], 4)
+    serial.run()
+    assert serial.policy.observes is True and serial.policy._records
