@@ -267,3 +267,27 @@ def test_the_serve_overhead_study_runs_both_paths_on_the_same_tokens(tiny):
         assert r["http"]["ttft_p50_ms"] > 0 and set(r["ratios"]) == {"ttft_p50_ms", "ttft_p99_ms", "itl_p50_ms",
                                                                        "itl_p99_ms"}
     assert "http / in" in format_table("tiny", res)
+
+
+def test_a_long_running_server_keeps_a_bounded_history(tiny):
+    """After more requests than its history limit, the server's engine holds at most that many
+    finished requests and step records, every client got all its tokens, and no KV is held."""
+    srv = serve.build(tiny, model_name="tiny", chunk_size=32, history_limit=5)
+    assert serve.build(tiny, model_name="tiny").worker.engine.history_limit == serve.HISTORY_LIMIT
+    url, stop = serve.start_background(srv)
+    prompts = [[(3 * i + j) % 250 + 1 for j in range(4 + i)] for i in range(16)]
+    try:
+        async def all_of():
+            async with openai.AsyncOpenAI(base_url=url + "/v1", api_key="none", max_retries=0) as c:
+                return await asyncio.gather(*(c.completions.create(model="tiny", prompt=p, max_tokens=6)
+                                              for p in prompts))
+        outs = asyncio.run(all_of())
+        for p, o in zip(prompts, outs):
+            assert_matches(o.choices[0].token_ids, reference(tiny, p, 6))
+        eng = srv.worker.engine
+        assert srv.worker.in_flight == 0 and len(eng.requests) <= 5 and len(eng.steps) <= 5
+        assert len(eng._seqs) <= 5 and eng.kv_tokens_in_use() == 0
+        assert _metric(url, "mlxlab:kv_cache_usage_bytes") == 0
+        assert _metric(url, 'mlxlab:request_success_total{finished_reason="length",tenant="default"}') == 16
+    finally:
+        stop()

@@ -142,6 +142,9 @@ class Engine(OverlapSteps, PlanExecutor):
             caches cannot be trimmed (SSM or sliding-window layers) are never padded. Greedy
             output is unchanged. A policy given by name that takes ``key_align`` (``stall_free``,
             ``slo``) gets this value too unless ``policy_options`` set it.
+        history_limit: keep only this many of the newest step records and finished requests in
+            ``steps`` and ``requests`` (a server that runs for days; :mod:`mlxlab.serve` sets one).
+            None (default) keeps everything, as the studies need.
         policy_options: keyword options for a policy given by name.
 
     The engine is not thread-safe: call its methods from one thread.
@@ -155,10 +158,10 @@ class Engine(OverlapSteps, PlanExecutor):
                  cache_limit_bytes: Optional[int] = None, memory_limit_bytes: Optional[int] = None,
                  fuse: Optional[bool] = None, key_align: int = KEY_ALIGN,
                  warmup_tokens: Optional[int] = None, overlap_pace_x: Optional[float] = None,
-                 overlap_job_chunks: int = 1, **policy_options):
+                 overlap_job_chunks: int = 1, history_limit: Optional[int] = None, **policy_options):
         vocab_size, max_context = model_limits(model)
         super().__init__(chunk_size=chunk_size, key_align=key_align, stop_tokens=stop_tokens,
-                         vocab_size=vocab_size, max_context=max_context)
+                         vocab_size=vocab_size, max_context=max_context, history_limit=history_limit)
         _check_options(overlap, overlap_sync, fuse, {"kv_budget_bytes": kv_budget_bytes,
                                                      "cache_limit_bytes": cache_limit_bytes,
                                                      "memory_limit_bytes": memory_limit_bytes})
@@ -275,7 +278,9 @@ class Engine(OverlapSteps, PlanExecutor):
         chunks just handed to the worker (still running: ``end_s`` is 0 until it finishes). When
         neither can run but the worker is busy, the step waits for the worker and plans again."""
         with mx.stream(thread_stream()):  # our own stream, as generate_step uses its own
-            return self._step_overlap() if self.overlap else self._step()
+            rec = self._step_overlap() if self.overlap else self._step()
+        self._trim_history()
+        return rec
 
     def close(self) -> None:
         """Stop the prefill worker thread (overlap mode) once its current chunks are done, and

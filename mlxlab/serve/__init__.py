@@ -19,6 +19,7 @@ from mlxlab.serve.app import Server
 from mlxlab.serve.text import tokenizer_for
 from mlxlab.serve.worker import EngineWorker
 
+HISTORY_LIMIT = 1024  # step records and finished requests a server's engine keeps (Engine history_limit)
 SHUTDOWN_DRAIN_S = 3.0  # at SIGINT/SIGTERM, how long cancelled streams get to send their last events
 
 
@@ -26,10 +27,13 @@ def build(model, *, model_name: Optional[str] = None, tokenizer=None, max_in_fli
           **engine_options) -> Server:
     """A :class:`Server` for ``model`` (a :class:`mlxlab.engine.models.LoadedModel`): an
     :class:`mlxlab.Engine` with ``engine_options`` on its own thread (started with the app);
-    ``max_in_flight``: more requests at once get 429 with Retry-After."""
+    ``max_in_flight``: more requests at once get 429 with Retry-After. The engine keeps only
+    the newest :data:`HISTORY_LIMIT` step records and finished requests unless
+    ``history_limit`` says otherwise (None: all, memory growing with every request)."""
     from mlxlab.engine.loop import Engine
 
     name = model_name or getattr(model, "name", "model")
+    engine_options.setdefault("history_limit", HISTORY_LIMIT)
     engine = Engine(model, **engine_options)
     return Server(EngineWorker(engine), tokenizer or tokenizer_for(name), name, max_in_flight=max_in_flight)
 
