@@ -398,3 +398,17 @@ def test_the_servers_num_draft_tokens_is_the_default_of_requests_that_name_none(
         assert "completion_tokens_details" not in plain["usage"]
     finally:
         stop()
+
+
+def test_the_http_executor_is_busy_while_its_streams_run(server):
+    """While a request streams, a step of the HTTP executor reports work (a record of the wait,
+    not kept): a runner that got None would sleep until its next scheduled arrival, past the
+    finishes and follow-ups of the streams in flight."""
+    from mlxlab.serve.client import HttpExecutor
+
+    ex = HttpExecutor(server[1], "tiny")
+    req = ex.submit(list(range(1, 50)), 64)
+    rec = ex.step()
+    assert rec is not None and rec.phase == "http" and ex.steps == []
+    ex.close()  # waits for the stream
+    assert req.done and len(req.output_tokens) == 64 and ex.step() is None
