@@ -30,8 +30,7 @@
 #              are those of the committed run (the overlap ones that met or came closest to the bounds)
 #   oprofile   issue 16: probes/overlap_profile.py, where the chat's and the document's time goes (~120 s)
 #   serve      issue 18: bench serve, 3 presets, 1 and 16 streams (needs the server's wheels in .whl/:
-#              starlette uvicorn sse-starlette prometheus-client openai httpx and their needs; see
-#              ../.library/device/README.md on carrying wheels)
+#              bash scripts/device_wheels.sh serve, then carry=[".mlxcuda", ".whl"])
 set -uo pipefail
 cd "$(dirname "$0")/.."
 part=${1:?give a PART: engine | engine05 | sim | sched | sched_cudnn | slo | singlereq | rebatch | chunks | decodes | presize | align | limit | exit | contention | oprofile | serve}

@@ -267,3 +267,148 @@ def test_the_serve_overhead_study_runs_both_paths_on_the_same_tokens(tiny):
         assert r["http"]["ttft_p50_ms"] > 0 and set(r["ratios"]) == {"ttft_p50_ms", "ttft_p99_ms", "itl_p50_ms",
                                                                        "itl_p99_ms"}
     assert "http / in" in format_table("tiny", res)
+
+
+def test_a_long_running_server_keeps_a_bounded_history(tiny):
+    """After more requests than its history limit, the server's engine holds at most that many
+    finished requests and step records, every client got all its tokens, and no KV is held."""
+    srv = serve.build(tiny, model_name="tiny", chunk_size=32, history_limit=5)
+    assert serve.build(tiny, model_name="tiny").worker.engine.history_limit == serve.HISTORY_LIMIT
+    url, stop = serve.start_background(srv)
+    prompts = [[(3 * i + j) % 250 + 1 for j in range(4 + i)] for i in range(16)]
+    try:
+        async def all_of():
+            async with openai.AsyncOpenAI(base_url=url + "/v1", api_key="none", max_retries=0) as c:
+                return await asyncio.gather(*(c.completions.create(model="tiny", prompt=p, max_tokens=6)
+                                              for p in prompts))
+        outs = asyncio.run(all_of())
+        for p, o in zip(prompts, outs):
+            assert_matches(o.choices[0].token_ids, reference(tiny, p, 6))
+        eng = srv.worker.engine
+        assert srv.worker.in_flight == 0 and len(eng.requests) <= 5 and len(eng.steps) <= 5
+        assert len(eng._seqs) <= 5 and eng.kv_tokens_in_use() == 0
+        assert _metric(url, "mlxlab:kv_cache_usage_bytes") == 0
+        assert _metric(url, 'mlxlab:request_success_total{finished_reason="length",tenant="default"}') == 16
+    finally:
+        stop()
+
+
+@pytest.fixture(scope="module")
+def draft_server(tiny):
+    """A server whose draft model is a 4-bit copy of the target (it agrees often, not always)."""
+    from mlxlab import load_model
+
+    srv = serve.build(tiny, model_name="tiny", chunk_size=32, draft_model=load_model("tiny", dtype="float32", bits=4))
+    url, stop = serve.start_background(srv)
+    yield srv, url
+    stop()
+
+
+def test_speculative_requests_over_http_equal_greedy_beside_plain_ones(draft_server, tiny):
+    """``num_draft_tokens`` through the openai client (extra_body), completions and chat,
+    streaming and not, at the same time as plain requests decoding in the batch: every stream's
+    tokens are mlx-lm's greedy ones, and usage counts the accepted drafts."""
+    url = draft_server[1]
+    prompts = [[(5 * i + j) % 250 + 1 for j in range(6 + 3 * i)] for i in range(6)]
+    messages = [{"role": "user", "content": "speculate"}]
+
+    async def completion(c, p, extra, stream):
+        if not stream:
+            r = await c.completions.create(model="tiny", prompt=p, max_tokens=14, extra_body=extra)
+            return r.choices[0].token_ids, r.usage
+        ids, usage = [], None
+        async for chunk in await c.completions.create(model="tiny", prompt=p, max_tokens=14, stream=True,
+                                                      extra_body=extra):
+            ids.extend(chunk.choices[0].token_ids or [])
+            usage = chunk.usage or usage
+        return ids, usage
+
+    async def chat(c, stream):
+        extra = {"num_draft_tokens": 3}
+        if not stream:
+            r = await c.chat.completions.create(model="tiny", messages=messages, max_tokens=14, extra_body=extra)
+            return r.choices[0].token_ids, r.usage
+        ids = []
+        async for chunk in await c.chat.completions.create(model="tiny", messages=messages, max_tokens=14,
+                                                           stream=True, extra_body=extra):
+            ids.extend(chunk.choices[0].token_ids or [])
+        return ids, None
+
+    async def all_of():
+        async with openai.AsyncOpenAI(base_url=url + "/v1", api_key="none", max_retries=0) as c:
+            jobs = [completion(c, p, {"num_draft_tokens": 3} if i % 2 == 0 else {}, i % 3 == 0)
+                    for i, p in enumerate(prompts)]
+            return await asyncio.wait_for(asyncio.gather(*jobs, chat(c, False), chat(c, True)), 120)
+
+    outs = asyncio.run(all_of())
+    for i, (p, (ids, usage)) in enumerate(zip(prompts, outs)):
+        assert_matches(ids, reference(tiny, p, 14))
+        details = getattr(usage, "completion_tokens_details", None)
+        if i % 2 == 0:
+            assert details is not None and 0 <= details.accepted_prediction_tokens
+            assert details.accepted_prediction_tokens + details.rejected_prediction_tokens > 0
+        else:
+            assert details is None
+    chat_ref = reference(tiny, ByteTokenizer().chat_prompt(messages), 14)
+    for ids, _ in outs[-2:]:
+        assert_matches(ids, chat_ref)
+    eng = draft_server[0].worker.engine
+    assert sum(r.draft_accepted for r in eng.requests) > 0  # the drafts were used, and some accepted
+    assert eng.kv_tokens_in_use() == 0 and not eng._lanes
+
+
+@pytest.mark.parametrize("extra, code", [({"num_draft_tokens": "3"}, "invalid_type"),
+                                         ({"num_draft_tokens": -1}, "invalid_value"),
+                                         ({"num_draft_tokens": 1000}, "invalid_value"),
+                                         ({"num_draft_tokens": 2.5}, "invalid_type"),
+                                         ({"num_draft_tokens": 2, "kv_bits": 8}, "invalid_request")])
+def test_bad_num_draft_tokens_gets_an_openai_error(draft_server, extra, code):
+    url = draft_server[1]
+    r = httpx.post(url + "/v1/completions", json={"model": "tiny", "prompt": "x", "max_tokens": 3, **extra})
+    assert r.status_code == 400, r.text
+    err = r.json()["error"]
+    assert err["code"] == code and err["param"] == "num_draft_tokens" and err["message"]
+    ok = httpx.post(url + "/v1/completions", json={"model": "tiny", "prompt": "x", "max_tokens": 3,
+                                                   "num_draft_tokens": 0})
+    assert ok.status_code == 200 and "completion_tokens_details" not in ok.json()["usage"]
+
+
+def test_a_draft_of_another_vocabulary_is_a_startup_error():
+    env = {**os.environ, "MLXLAB_NO_REEXEC": "1", "PYTHONPATH": str(ROOT)}
+    out = subprocess.run([sys.executable, "-m", "mlxlab.cli", "serve", "--model", "tiny", "--dtype", "float32",
+                          "--draft-model", str(ROOT / "data/weights/byte-draft"), "--warmup", "off",
+                          "--port", str(serve.free_port())], cwd=ROOT, env=env, capture_output=True, text=True,
+                         timeout=120)
+    assert out.returncode == 2
+    assert "vocabulary" in out.stderr and len(out.stderr.strip().splitlines()) == 1, out.stderr
+
+
+def test_the_servers_num_draft_tokens_is_the_default_of_requests_that_name_none(tiny):
+    with pytest.raises(ValueError, match="draft model"):
+        serve.build(tiny, model_name="tiny", num_draft_tokens=2)
+    srv = serve.build(tiny, model_name="tiny", chunk_size=32, draft_model=tiny, num_draft_tokens=2)
+    url, stop = serve.start_background(srv)
+    try:
+        r = httpx.post(url + "/v1/completions", json={"model": "tiny", "prompt": [4, 5, 6], "max_tokens": 9}).json()
+        assert_matches(r["choices"][0]["token_ids"], reference(tiny, [4, 5, 6], 9))
+        d = r["usage"]["completion_tokens_details"]
+        assert d["accepted_prediction_tokens"] + d["rejected_prediction_tokens"] > 0
+        plain = httpx.post(url + "/v1/completions", json={"model": "tiny", "prompt": [4, 5, 6], "max_tokens": 9,
+                                                          "num_draft_tokens": 0}).json()
+        assert "completion_tokens_details" not in plain["usage"]
+    finally:
+        stop()
+
+
+def test_the_http_executor_is_busy_while_its_streams_run(server):
+    """While a request streams, a step of the HTTP executor reports work (a record of the wait,
+    not kept): a runner that got None would sleep until its next scheduled arrival, past the
+    finishes and follow-ups of the streams in flight."""
+    from mlxlab.serve.client import HttpExecutor
+
+    ex = HttpExecutor(server[1], "tiny")
+    req = ex.submit(list(range(1, 50)), 64)
+    rec = ex.step()
+    assert rec is not None and rec.phase == "http" and ex.steps == []
+    ex.close()  # waits for the stream
+    assert req.done and len(req.output_tokens) == 64 and ex.step() is None

@@ -188,3 +188,94 @@ def test_trained_pair_teacher_forced_agreement(pair):
     assert 0.45 < tf["agreement"] < 0.8
     assert tf["agreement_whitespace"] > tf["agreement_other"]
     assert tf["target_top1"] > tf["draft_top1"]
+
+
+# ----------------------------------------------------------------------------- in the engine
+
+
+def _engine_steps_of(eng, req) -> int:
+    return sum(req.id in s.decode_seqs for s in eng.steps)
+
+
+@pytest.mark.parametrize("overlap", [False, True])
+@pytest.mark.parametrize("kind", ["same", "quantized", "other"])
+def test_engine_speculative_requests_match_greedy_beside_the_batch(tiny, drafts, kind, overlap):
+    """Speculative requests (their own lanes) and plain ones (the batch) decode at the same time;
+    each gives mlx-lm's greedy tokens (the oracle's near-tie rule), the speculative ones in fewer
+    steps than tokens when the draft agrees, and no KV or lane is left behind."""
+    from oracle import assert_matches, reference
+
+    from mlxlab import Engine
+
+    prompts = [list(range(1, 40)), [3, 1, 4, 1, 5], list(range(100, 160)), [9, 8, 7]]
+    with Engine(tiny, chunk_size=16, draft_model=drafts[kind], overlap=overlap) as eng:
+        plain = eng.submit(prompts[0], 20)
+        spec = eng.submit(prompts[1], 20, num_draft_tokens=3)
+        while len(plain.output_tokens) < 3:
+            eng.step()
+        late = [eng.submit(prompts[2], 20, num_draft_tokens=5), eng.submit(prompts[3], 20)]
+        eng.run()
+    for r, p in zip([plain, spec] + late, prompts):
+        assert_matches(r.output_tokens, reference(tiny, p, 20))
+    for r in (spec, late[0]):
+        assert 0 <= r.draft_accepted <= r.draft_proposed and r.draft_proposed > 0
+        if kind == "same":
+            assert r.draft_accepted >= 0.9 * r.draft_proposed
+            assert _engine_steps_of(eng, r) < len(r.output_tokens) / 2
+    assert plain.draft_proposed == late[1].draft_proposed == 0
+    assert eng.kv_tokens_in_use() == 0 and not eng._lanes and all(s.cache is None for s in eng._spec)
+
+
+def test_engine_speculative_refusals(tiny, drafts, pair):
+    from mlxlab import Engine
+
+    with pytest.raises(ValueError, match="needs a draft model"):
+        Engine(tiny).submit([1, 2, 3], 4, num_draft_tokens=3)
+    eng = Engine(tiny, draft_model=drafts["other"])
+    for bad in (-1, 33, 2.5, True, "3"):
+        with pytest.raises(ValueError, match="num_draft_tokens must be"):
+            eng.submit([1, 2, 3], 4, num_draft_tokens=bad)
+    with pytest.raises(ValueError, match="kv_bits"):
+        eng.submit([1, 2, 3], 4, num_draft_tokens=2, kv_bits=8)
+    assert eng.requests == []
+    with pytest.raises(ValueError, match="vocabulary"):
+        Engine(tiny, draft_model=pair[1])  # 256 byte ids against the preset's 1,024
+
+
+def test_engine_speculative_cancel_and_prefix_cache(tiny, drafts):
+    """A cancelled speculative request frees its KV and lane; a finished one's KV goes into the
+    prefix cache and its next turn starts from it, still exact."""
+    from oracle import assert_matches, reference
+
+    from mlxlab import Engine
+    from mlxlab.engine.prefix_cache import PrefixCache
+
+    eng = Engine(tiny, chunk_size=16, draft_model=drafts["same"], prefix_cache=PrefixCache(max_tokens=4096))
+    gone = eng.submit(list(range(50, 90)), 200, num_draft_tokens=4)
+    turn1 = eng.submit(list(range(1, 30)), 12, num_draft_tokens=2)
+    while len(gone.output_tokens) < 5:
+        eng.step()
+    assert eng.cancel(gone)
+    eng.run()
+    assert gone.finish_reason == "cancelled" and len(gone.output_tokens) < 200
+    p2 = turn1.prompt + turn1.output_tokens + [5, 6]
+    turn2 = eng.submit(p2, 12, num_draft_tokens=2)
+    eng.run()
+    assert turn2.cached_tokens > len(turn1.prompt)
+    assert_matches(turn1.output_tokens, reference(tiny, turn1.prompt, 12))
+    assert_matches(turn2.output_tokens, reference(tiny, p2, 12))
+    assert eng.kv_tokens_in_use() == 0 and not eng._lanes
+
+
+def test_engine_trained_pair_speculates_exactly(pair, code_prompts):
+    from oracle import assert_matches, reference
+
+    from mlxlab import Engine
+
+    target, draft = pair
+    eng = Engine(target, chunk_size=32, draft_model=draft)
+    reqs = [eng.submit(p, 48, num_draft_tokens=3) for p in code_prompts] + [eng.submit(code_prompts[0], 48)]
+    eng.run()
+    for r in reqs:
+        assert_matches(r.output_tokens, reference(target, r.prompt, 48))
+    assert sum(r.draft_accepted for r in reqs) / sum(r.draft_proposed for r in reqs) > 0.3

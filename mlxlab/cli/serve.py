@@ -28,7 +28,9 @@ def register(sub: argparse._SubParsersAction) -> None:
     sp.add_argument("--policy-option", action="append", default=[], metavar="KEY=VALUE",
                     help="a policy option (value read as JSON, else a string), e.g. token_budget=512; repeatable")
     sp.add_argument("--chunk-size", type=positive_int, default=2048, help="prefill chunk size (tokens)")
-    sp.add_argument("--overlap", action="store_true", help="prefill on a second thread and stream (overlap mode)")
+    sp.add_argument("--overlap", action="store_true",
+                    help="prefill on a second thread and stream (overlap mode); without it the policy chooses "
+                         "(slo runs so on a GPU: Engine(overlap=None))")
     sp.add_argument("--prefix-cache-tokens", type=positive_int, default=None,
                     help="keep a prefix cache of this many tokens (default: none)")
     sp.add_argument("--kv-budget-mb", type=positive_int, default=None,
@@ -36,6 +38,12 @@ def register(sub: argparse._SubParsersAction) -> None:
                          "could never fit is refused with the reason (default: no budget)")
     sp.add_argument("--max-in-flight", type=positive_int, default=None,
                     help="with this many requests in the engine, another gets 429 and Retry-After (default: no limit)")
+    sp.add_argument("--draft-model", default=None, metavar="PRESET_OR_DIR",
+                    help="a draft model sharing the model's vocabulary (loaded with the same --bits and --dtype): "
+                         "requests with num_draft_tokens decode speculatively, each in its own lane beside the batch")
+    sp.add_argument("--num-draft-tokens", type=positive_int, default=None, metavar="N",
+                    help="with --draft-model: drafts per round for requests that name no num_draft_tokens "
+                         "(default: those decode in the batch)")
     sp.add_argument("--warmup", default="token", help="engine warm-up before serving: off, token, shapes or policy")
     sp.add_argument("--host", default="127.0.0.1", help="address to listen on")
     sp.add_argument("--port", type=positive_int, default=8000, help="port to listen on")
@@ -102,17 +110,22 @@ def cli_serve(args: argparse.Namespace) -> int:
     from mlxlab.engine.models import load_model
 
     options = policy_options(args.policy_option)
+    if args.num_draft_tokens is not None and args.draft_model is None:
+        raise ValueError("--num-draft-tokens needs --draft-model")
     model = load_model(args.model, bits=args.bits, dtype=args.dtype)
+    draft = load_model(args.draft_model, bits=args.bits, dtype=args.dtype) if args.draft_model else None
     prefix = None
     if args.prefix_cache_tokens:
         from mlxlab.engine.prefix_cache import PrefixCache
 
         prefix = PrefixCache(max_tokens=args.prefix_cache_tokens)
     server = serve.build(model, model_name=args.model, policy=args.policy, chunk_size=args.chunk_size,
-                         overlap=args.overlap, prefix_cache=prefix, warmup=args.warmup,
+                         overlap=True if args.overlap else None, prefix_cache=prefix, warmup=args.warmup,
                          kv_budget_bytes=args.kv_budget_mb << 20 if args.kv_budget_mb else None,
-                         max_in_flight=args.max_in_flight, **options)
+                         max_in_flight=args.max_in_flight, draft_model=draft,
+                         num_draft_tokens=args.num_draft_tokens, **options)
     print(f"mlxlab serve: {args.model} ({model.num_params / 1e6:.1f}M params, {model.dtype}), policy {args.policy} "
-          f"{options or ''}, chunk {args.chunk_size}, on http://{args.host}:{args.port}", flush=True)
+          f"{options or ''}, chunk {args.chunk_size}{f', draft {args.draft_model}' if draft else ''}, "
+          f"on http://{args.host}:{args.port}", flush=True)
     serve.run(server, host=args.host, port=args.port, log_level=args.log_level)
     return 0

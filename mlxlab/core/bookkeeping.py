@@ -48,12 +48,17 @@ class PlanExecutor(Executor):
     to :meth:`_deliver`)."""
 
     def __init__(self, *, chunk_size: int, key_align: int, stop_tokens: Sequence[int], vocab_size: int,
-                 max_context: int):
+                 max_context: int, history_limit: Optional[int] = None):
         if not isinstance(chunk_size, int) or chunk_size <= 0:
             raise ValueError(f"chunk_size must be a positive integer, got {chunk_size!r}")
         if not isinstance(key_align, int) or key_align < 1:
             raise ValueError(f"key_align must be a positive integer (1 turns padding off), got {key_align!r}")
+        if history_limit is not None and (isinstance(history_limit, bool) or not isinstance(history_limit, int)
+                                          or history_limit < 1):
+            raise ValueError(f"history_limit must be a positive integer (or None: keep everything), got {history_limit!r}")
         self.policy = None
+        self.history_limit = history_limit
+        self._next_request = self._next_step = 0  # ids keep counting when old records are dropped
         self.chunk_size = chunk_size
         self.key_align = key_align
         self.vocab_size = vocab_size
@@ -133,9 +138,10 @@ class PlanExecutor(Executor):
                  stop_tokens: Sequence[int], kv: Optional[tuple] = None) -> Request:
         """Make the request and its sequence state for a validated prompt; queue it for prefill,
         or mark it ready when nothing is left to prefill."""
-        req = Request(id=len(self.requests), prompt=prompt, max_tokens=int(max_tokens),
+        req = Request(id=self._next_request, prompt=prompt, max_tokens=int(max_tokens),
                       tenant=str(tenant), arrival_s=self.now() if arrival_s is None else float(arrival_s),
                       stop_tokens=self.stop_tokens | frozenset(int(t) for t in stop_tokens))
+        self._next_request += 1
         self.requests.append(req)
         seq = SequenceState(req, kv)
         self._seqs[req.id] = seq
@@ -257,15 +263,33 @@ class PlanExecutor(Executor):
 
     # ------------------------------------------------------------------ step records
     def _new_record(self, phase: str, start_s: float, thread: str = "main") -> StepRecord:
-        rec = StepRecord(len(self.steps), start_s, 0.0, phase, [], [], thread=thread)
+        rec = StepRecord(self._next_step, start_s, 0.0, phase, [], [], thread=thread)
+        self._next_step += 1
         self.steps.append(rec)
         return rec
 
     def _drop_record(self, rec: StepRecord) -> None:
         i = self.steps.index(rec)
         del self.steps[i]
+        self._next_step -= 1
         for j in range(i, len(self.steps)):
-            self.steps[j].index = j
+            self.steps[j].index -= 1
+
+    def _trim_history(self) -> None:
+        """With ``history_limit``, keep only that many of the newest step records and finished
+        requests (a long-running server's books stay bounded; whoever streams a request holds it
+        still). Unfinished requests are always kept; ids go on counting."""
+        n = self.history_limit
+        if n is None:
+            return
+        if len(self.steps) > n:
+            del self.steps[:len(self.steps) - n]
+        finished = [r for r in self.requests if r.done]
+        if len(finished) > n:
+            gone = {r.id for r in finished[:len(finished) - n]}
+            self.requests = [r for r in self.requests if r.id not in gone]
+            for i in gone:
+                self._seqs.pop(i, None)
 
     def _close_record(self, rec: StepRecord, end_s: Optional[float]) -> Optional[StepRecord]:
         """Name the step's phase; with ``end_s`` (not deferred) end it and hand it to the policy.

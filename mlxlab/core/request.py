@@ -35,6 +35,8 @@ class Request:
     finish_reason: Optional[str] = None
     state: str = WAITING
     cached_tokens: int = 0  # prompt tokens restored from the prefix cache instead of prefilled
+    draft_proposed: int = 0  # speculative decoding (num_draft_tokens): draft tokens proposed
+    draft_accepted: int = 0  # and of those, accepted by the target
 
     @property
     def done(self) -> bool:

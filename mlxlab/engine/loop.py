@@ -48,6 +48,7 @@ from mlxlab.engine.fused import can_fuse, packed_forward
 from mlxlab.engine.overlap import OVERLAP_SYNCS, DecodePacer, PrefillWorker, resolve_overlap
 from mlxlab.engine.overlap_steps import OverlapSteps
 from mlxlab.engine.sampling import make_request_sampler, sample_rows
+from mlxlab.engine.speculative import DraftLane, check_draft, draft_tokens, speculate
 from mlxlab.engine.warmup import warmup as run_warmup
 from mlxlab.policies import make_policy, next_plan, with_key_align
 from mlxlab.policies.base import Policy
@@ -147,6 +148,12 @@ class Engine(OverlapSteps, PlanExecutor):
             caches cannot be trimmed (SSM or sliding-window layers) are never padded. Greedy
             output is unchanged. A policy given by name that takes ``key_align`` (``stall_free``,
             ``slo``) gets this value too unless ``policy_options`` set it.
+        draft_model: a draft model (a LoadedModel or mlx-lm module sharing the target's vocabulary)
+            for requests submitted with ``num_draft_tokens``: each decodes speculatively in its own
+            lane beside the batch (:class:`mlxlab.engine.speculative.DraftLane`).
+        history_limit: keep only this many of the newest step records and finished requests in
+            ``steps`` and ``requests`` (a server that runs for days; :mod:`mlxlab.serve` sets one).
+            None (default) keeps everything, as the studies need.
         policy_options: keyword options for a policy given by name.
 
     The engine is not thread-safe: call its methods from one thread.
@@ -160,10 +167,11 @@ class Engine(OverlapSteps, PlanExecutor):
                  cache_limit_bytes: Optional[int] = None, memory_limit_bytes: Optional[int] = None,
                  fuse: Optional[bool] = None, key_align: int = KEY_ALIGN,
                  warmup_tokens: Optional[int] = None, overlap_pace_x: Optional[float] = None,
-                 overlap_job_chunks: Optional[int] = None, **policy_options):
+                 overlap_job_chunks: Optional[int] = None, history_limit: Optional[int] = None,
+                 draft_model=None, **policy_options):
         vocab_size, max_context = model_limits(model)
         super().__init__(chunk_size=chunk_size, key_align=key_align, stop_tokens=stop_tokens,
-                         vocab_size=vocab_size, max_context=max_context)
+                         vocab_size=vocab_size, max_context=max_context, history_limit=history_limit)
         self.policy = make_policy(policy, **with_key_align(policy, key_align, policy_options))
         overlap, overlap_sync, overlap_job_chunks = resolve_overlap(self.policy, overlap, overlap_sync,
                                                                     overlap_job_chunks)
@@ -188,6 +196,9 @@ class Engine(OverlapSteps, PlanExecutor):
         self.overlap = overlap
         self.overlap_sync = overlap_sync
         self._solo: List[SequenceState] = []  # decoding with a quantized KV cache, each in its own forward
+        self._spec: List[SequenceState] = []  # decoding speculatively, each in its own lane
+        self._lanes: Dict[int, DraftLane] = {}  # request id -> its lane, from submit to finish
+        self.draft, self._draft_context = check_draft(model, draft_model)
         self._batch = DecodeBatch()
         self._prefill = PrefillWorker(self._prefill_job)  # overlap mode's worker thread
         self._pacer = DecodePacer(overlap_pace_x)
@@ -246,7 +257,8 @@ class Engine(OverlapSteps, PlanExecutor):
                arrival_s: Optional[float] = None, stop_tokens: Sequence[int] = (),
                kv_bits: Optional[int] = None, kv_group_size: int = 64, quantized_kv_start: int = 0,
                temperature: Optional[float] = None, top_p: Optional[float] = None, top_k: Optional[int] = None,
-               min_p: Optional[float] = None, seed: Optional[int] = None) -> Request:
+               min_p: Optional[float] = None, seed: Optional[int] = None,
+               num_draft_tokens: Optional[int] = None) -> Request:
         """Queue a request and return it; its fields fill in as the engine runs.
 
         ``kv_bits`` (None, 8 or 4) keeps this request's KV cache quantized with mlx-lm's
@@ -262,13 +274,19 @@ class Engine(OverlapSteps, PlanExecutor):
 
         ``temperature`` (> 0), ``top_p``, ``top_k``, ``min_p`` and ``seed`` sample this request
         with its own sampler (:mod:`mlxlab.engine.sampling`, on mlx-lm's filters, its own random
-        key); without a temperature (or 0) it decodes with the engine's sampler."""
+        key); without a temperature (or 0) it decodes with the engine's sampler.
+
+        ``num_draft_tokens`` (1 to 32; None or 0: off) decodes it speculatively with the engine's
+        ``draft_model`` in a lane of its own (:mod:`mlxlab.engine.speculative`); not with ``kv_bits``."""
         prompt = self._validate(prompt_tokens, max_tokens)
         sampler = make_request_sampler(temperature, top_p, top_k, min_p, seed)
         kv = kv_quantization(self.model, kv_bits, kv_group_size, quantized_kv_start)
+        k = draft_tokens(num_draft_tokens, self.draft, kv, self._draft_context, len(prompt) + max_tokens)
         self._budget.check(len(prompt), max_tokens, kv)
         req = self._enqueue(prompt, max_tokens, tenant=tenant, arrival_s=arrival_s, stop_tokens=stop_tokens, kv=kv)
         self._seqs[req.id].sampler = sampler
+        if k is not None:
+            self._lanes[req.id] = DraftLane(k)
         return req
 
     @property
@@ -282,7 +300,9 @@ class Engine(OverlapSteps, PlanExecutor):
         chunks just handed to the worker (still running: ``end_s`` is 0 until it finishes). When
         neither can run but the worker is busy, the step waits for the worker and plans again."""
         with mx.stream(thread_stream()):  # our own stream, as generate_step uses its own
-            return self._step_overlap() if self.overlap else self._step()
+            rec = self._step_overlap() if self.overlap else self._step()
+        self._trim_history()
+        return rec
 
     def close(self) -> None:
         """Stop the prefill worker thread (overlap mode) once its current chunks are done, and
@@ -311,7 +331,7 @@ class Engine(OverlapSteps, PlanExecutor):
         return [s for s in self._budget.admitted(self._queue, self._seqs.values()) if s.req.id not in held]
 
     def _decode_rows(self) -> List[SequenceState]:
-        return self._decoding + self._solo
+        return self._decoding + self._solo + self._spec
 
     def _drop_rows(self, keep: List[int]) -> None:
         kept = set(keep)
@@ -322,14 +342,18 @@ class Engine(OverlapSteps, PlanExecutor):
         super()._drop_rows(keep)
 
     def _add_rows(self, ready: List[SequenceState]) -> None:
-        """Ready sequences' caches join the batch cache (a quantized-KV one decodes on its own)."""
+        """Ready sequences' caches join the batch cache (a quantized-KV or speculative one decodes
+        on its own)."""
         for s in ready:
             if s.cache is None:  # nothing was prefilled
                 s.cache = make_prompt_cache(self.module)
             if s.kv is not None:
                 s.solo_input = mx.array([s.req.prompt[-1]], dtype=mx.uint32)
                 self._solo.append(s)
-        plain = [s for s in ready if s.kv is None]
+            elif s.req.id in self._lanes:
+                self._lanes[s.req.id].start(self.draft, s.req.prompt, s.req.output_tokens, self.chunk_size)
+                self._spec.append(s)
+        plain = [s for s in ready if s.kv is None and s.req.id not in self._lanes]
         if plain:
             # the next input: the last prompt token, or the first output if it was already sampled (overlap mode)
             inputs = [s.req.output_tokens[-1] if s.issued else s.req.prompt[-1] for s in plain]
@@ -339,17 +363,25 @@ class Engine(OverlapSteps, PlanExecutor):
             self._decoding.extend(plain)
 
     def _rebatch(self, rec: StepRecord, t: float) -> None:
+        for s in self._solo + self._spec:
+            if not s.active:
+                if s in self._spec:
+                    self._remember(s)  # its last tokens may still be in flight
+                s.cache = None  # its own KV: freed as it leaves (the finished request stays in the books)
         self._solo = [s for s in self._solo if s.active]
+        self._spec = [s for s in self._spec if s.active]
         super()._rebatch(rec, t)
 
     def _on_finish(self, seq: SequenceState) -> None:
         self._remember(seq)
+        if self._lanes.pop(seq.req.id, None) is not None and seq in self._spec:
+            seq.cache = None  # a speculative row's KV is its own: freed now, not at the next decode
 
     def _remember(self, s: SequenceState) -> None:
         """Put a finished row's prompt + read output and its KV into the prefix cache. The row
         holds the KV of every token fed so far (the last output token is never fed); the cache
         stores as many positions as the row has, keyed by those tokens."""
-        if self.prefix_cache is None or s.remembered or not (s in self._decoding or s in self._solo):
+        if self.prefix_cache is None or s.remembered or not (s in self._decoding or s in self._solo or s in self._spec):
             return
         s.remembered = True  # a quantized-KV row (solo) keeps its own cache
         row = self._batch.row(self._decoding.index(s)) if s in self._decoding else s.cache
@@ -378,7 +410,7 @@ class Engine(OverlapSteps, PlanExecutor):
         ``chunks`` (the plan's (seq id, tokens)) and batch rows to decode, the chunks run in the
         same packed forward (:func:`mlxlab.engine.fused.packed_forward`) and are done on return."""
         self._rebatch(rec, self.now())
-        if not self._decoding and not self._solo:
+        if not self._decoding and not self._solo and not self._spec:
             self._flush()
             return False, False
         packed = [(self._seqs[i], n) for i, n in chunks] if self._decoding else []
@@ -390,7 +422,7 @@ class Engine(OverlapSteps, PlanExecutor):
                 self._batch.inputs = tokens
             else:
                 rows[0].solo_input = tokens
-        self._pending = (groups, rec)
+        self._pending = (groups + speculate(self._spec, self._lanes, self.module, self.draft, rec, self._sample), rec)
         for seq, n in packed:
             if self._book_chunk(seq, n, rec):
                 self._prefill_done(seq)

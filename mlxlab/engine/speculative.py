@@ -20,13 +20,13 @@ round, draft and verification time); :mod:`mlxlab.studies.speculation` measures 
 from __future__ import annotations
 
 import time
-from typing import Iterable, List, Sequence
+from typing import Callable, Iterable, List, Optional, Sequence
 
 import mlx.core as mx
 from mlx_lm.generate import generate_step, speculative_generate_step
-from mlx_lm.models.cache import make_prompt_cache, trim_prompt_cache
+from mlx_lm.models.cache import can_trim_prompt_cache, make_prompt_cache, trim_prompt_cache
 
-from mlxlab.core.presets import module_of
+from mlxlab.core.presets import model_limits, module_of
 
 # --------------------------------------------------------------------------- analytic model
 
@@ -160,13 +160,18 @@ def speculative_generate(target, draft, prompt_tokens: Sequence[int], max_tokens
     }
 
 
-def _propose(draft, cache, pending: List[int], k: int) -> List[int]:
-    """``k`` greedy draft tokens, after feeding ``pending`` (the tokens the draft cache lacks)."""
+def _argmax(logits: mx.array) -> mx.array:
+    return mx.argmax(logits, axis=-1)
+
+
+def _propose(draft, cache, pending: List[int], k: int, sample: Callable = _argmax) -> List[int]:
+    """``k`` draft tokens (``sample``: logits (n, vocab) -> ids (n,), greedy by default), after
+    feeding ``pending`` (the tokens the draft cache lacks)."""
     x = mx.array(pending, mx.uint32)
     ds = []
     for _ in range(k):
         logits = draft(x[None], cache=cache)
-        x = mx.argmax(logits[0, -1:, :], axis=-1).astype(mx.uint32)
+        x = sample(logits[0, -1:, :]).astype(mx.uint32)
         mx.async_eval(x)
         ds.append(x)
     proposed = mx.concatenate(ds)
@@ -174,10 +179,10 @@ def _propose(draft, cache, pending: List[int], k: int) -> List[int]:
     return proposed.tolist()
 
 
-def _verify(target, cache, tokens: List[int]) -> List[int]:
-    """The target's greedy choice after each of ``tokens`` (the last accepted token, then the
-    drafts), in one pass."""
-    choice = mx.argmax(target(mx.array(tokens, mx.uint32)[None], cache=cache)[0], axis=-1)
+def _verify(target, cache, tokens: List[int], sample: Callable = _argmax) -> List[int]:
+    """The target's choice (greedy by default) after each of ``tokens`` (the last accepted token,
+    then the drafts), in one pass."""
+    choice = sample(target(mx.array(tokens, mx.uint32)[None], cache=cache)[0])
     mx.eval(choice)
     return choice.tolist()
 
@@ -228,3 +233,107 @@ def mlx_lm_speculative(target, draft, prompt_tokens: Sequence[int], max_tokens: 
         toks.append(int(tok))
         acc += bool(from_draft)
     return {"tokens": toks, "accepted": acc, "times": {"total": time.perf_counter() - t0}}
+
+
+# --------------------------------------------------------------------------- the engine's lane
+
+MAX_DRAFT_TOKENS = 32  # the most draft tokens a request may ask for per round
+
+
+def check_draft(target, draft) -> tuple:
+    """``(draft module, draft context)`` for the engine, ``(None, None)`` without a draft; raises
+    ``ValueError`` unless ``draft`` can draft for ``target``: the same vocabulary size (token ids
+    mean the same), and KV caches both can trim (a rejected draft's positions are cut back off, as
+    in mlx-lm's ``speculative_generate_step``)."""
+    if draft is None:
+        return None, None
+    tv, (dv, context) = model_limits(target)[0], model_limits(draft)
+    if tv != dv:
+        raise ValueError(f"the draft model's vocabulary ({dv} tokens) differs from the target's ({tv}): a draft "
+                         f"must share the target's tokenizer and vocabulary")
+    for name, m in (("target", target), ("draft", draft)):
+        if not can_trim_prompt_cache(make_prompt_cache(module_of(m))):
+            raise ValueError(f"the {name} model's KV cache cannot be trimmed (sliding-window or state-space "
+                             f"layers), so rejected drafts could not be taken back: no speculative decoding")
+    return module_of(draft), context
+
+
+def draft_tokens(num_draft_tokens, draft, kv, draft_context: Optional[int], tokens: int) -> Optional[int]:
+    """A request's ``num_draft_tokens`` checked: None or 0 (no speculation) -> None, else the
+    number; ``ValueError`` saying what to do when it cannot run (no draft model, with ``kv``
+    quantization, ``tokens`` = prompt + max_tokens over the draft's context)."""
+    k = num_draft_tokens
+    if k is None or (k == 0 and isinstance(k, int) and not isinstance(k, bool)):
+        return None
+    if isinstance(k, bool) or not isinstance(k, int) or not 1 <= k <= MAX_DRAFT_TOKENS:
+        raise ValueError(f"num_draft_tokens must be an integer from 0 to {MAX_DRAFT_TOKENS}, got {k!r}")
+    if draft is None:
+        raise ValueError("num_draft_tokens needs a draft model, and this engine has none (Engine(draft_model=...), "
+                         "mlxlab serve --draft-model)")
+    if kv is not None:
+        raise ValueError("num_draft_tokens cannot be combined with kv_bits: send one or the other")
+    if tokens > draft_context:
+        raise ValueError(f"the prompt plus max_tokens ({tokens} tokens) exceeds the draft model's context of "
+                         f"{draft_context} tokens: shorten them or send no num_draft_tokens")
+    return int(k)
+
+
+def speculate(rows, lanes: dict, target, draft, rec, sample: Callable) -> list:
+    """The engine's speculative rows (``rows``: sequence states, ``lanes``: request id -> lane)
+    each run one :meth:`DraftLane.round`, evaluated (acceptance needs the tokens), after the
+    previous step's tokens were read; ``sample(logits, rows)`` is the engine's. Notes each in the
+    step record ``rec`` and counts its drafts on its request; returns their tokens in the form of
+    the step's decode groups, ``[(tokens, [row] * len(tokens))]``, read with the batch's."""
+    groups = []
+    for s in rows:
+        lane = lanes.get(s.req.id)
+        if lane is None or not s.active:
+            continue
+        rec.decode_seqs.append(s.req.id)
+        rec.decode_context_tokens += s.context_tokens
+        toks = lane.round(target, draft, s.cache, s.req.max_tokens - s.issued,
+                          lambda logits, s=s: sample(logits, [s] * logits.shape[0]))
+        s.issued += len(toks)
+        s.req.draft_proposed, s.req.draft_accepted = lane.proposed, lane.accepted
+        groups.append((mx.array(toks), [s] * len(toks)))
+    return groups
+
+
+class DraftLane:
+    """One request decoding speculatively in the engine, in its own lane beside the batch (as a
+    quantized-KV request does): the target's KV is the request's own cache (it never joins the
+    batch cache), the draft's is this lane's. Each :meth:`round` is :func:`speculative_generate`'s
+    round: the draft proposes up to ``k`` tokens, the target scores them in one pass, both caches
+    are trimmed back to the accepted prefix, and the accepted drafts plus the target's own token
+    come out, so greedy output is the target's greedy output.
+
+    :meth:`start` prefills the draft on the prompt when the request starts decoding (the target's
+    chunks are the policy's; the draft is small, so its whole prompt runs as one step's work)."""
+
+    def __init__(self, k: int):
+        self.k = k
+        self.cache = None
+        self.last = self.pending = None
+        self.accepted = self.proposed = 0
+
+    def start(self, draft, prompt: List[int], outputs: List[int], step: int) -> None:
+        """The draft's cache gets ``prompt[:-1]``; ``outputs``: tokens already read (overlap mode
+        samples the first one as the prefill comes back)."""
+        self.cache = make_prompt_cache(draft)
+        prefill_cache(draft, self.cache, prompt[:-1], step)
+        self.pending = [prompt[-1]] + list(outputs)  # tokens the draft cache lacks
+        self.last = outputs[-1] if outputs else prompt[-1]  # newest token, not yet in the target cache
+
+    def round(self, target, draft, target_cache, remaining: int, sample: Callable) -> List[int]:
+        """One round of at most ``remaining`` tokens (1 to ``k + 1``)."""
+        k = min(self.k, remaining - 1)
+        d = _propose(draft, self.cache, self.pending, k, sample) if k > 0 else []
+        t = _verify(target, target_cache, [self.last] + d, sample)
+        n = 0
+        while n < k and t[n] == d[n]:
+            n += 1
+        self.pending = _rewind(target_cache, self.cache, self.pending, d, t, n)
+        self.last = t[n]
+        self.accepted += n
+        self.proposed += k
+        return t[:n + 1]

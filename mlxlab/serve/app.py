@@ -9,7 +9,10 @@ its request. Every error is an OpenAI-style body ``{"error": {"message", "type",
 Request fields read: ``model``, ``prompt`` (text or token ids) / ``messages``, ``max_tokens``,
 ``stream``, ``stop`` (a string or up to 4), ``temperature``, ``top_p``, ``seed``, ``user`` (the
 tenant, unless an ``X-Tenant`` header names one) and mlxlab's ``kv_bits`` (keep this request's KV
-cache quantized). A response's choices also carry ``token_ids`` (mlxlab's extension: the ids the
+cache quantized) and ``num_draft_tokens`` (decode speculatively with the server's draft model, that
+many drafts a round; 0: not; the server's ``--num-draft-tokens`` when absent). A speculative
+request's ``usage`` counts its drafts in ``completion_tokens_details`` (OpenAI's
+``accepted_prediction_tokens`` / ``rejected_prediction_tokens``). A response's choices also carry ``token_ids`` (mlxlab's extension: the ids the
 text came from, in order).
 """
 
@@ -71,12 +74,13 @@ class Server:
     """The app and its state: the worker (engine thread), the tokenizer, the served model name."""
 
     def __init__(self, worker: EngineWorker, tokenizer, model_name: str, max_body_bytes: int = MAX_BODY_BYTES,
-                 max_in_flight: Optional[int] = None):
+                 max_in_flight: Optional[int] = None, num_draft_tokens: Optional[int] = None):
         self.worker, self.tokenizer, self.model_name = worker, tokenizer, model_name
         self.max_body_bytes = max_body_bytes
         # with this many requests in the engine, another gets 429 and Retry-After (counted by the
         # engine thread, so a burst arriving in one moment may pass it by a few)
         self.max_in_flight = max_in_flight
+        self.num_draft_tokens = num_draft_tokens  # for requests that name none (needs the engine's draft model)
         self.started = int(time.time())
 
     # ------------------------------------------------------------------ the app
@@ -170,8 +174,18 @@ class Server:
                 "seed": _field(body, "seed", int),
                 "kv_bits": _field(body, "kv_bits", int)}
         if body.get("num_draft_tokens") is not None:
-            raise ApiError(400, "'num_draft_tokens' needs a draft model, and this server has none", "num_draft_tokens",
-                           "no_draft_model")
+            if self.worker.engine.draft is None:
+                raise ApiError(400, "'num_draft_tokens' needs a draft model, and this server has none (mlxlab serve "
+                                    "--draft-model)", "num_draft_tokens", "no_draft_model")
+            from mlxlab.engine.speculative import MAX_DRAFT_TOKENS  # (mlx is loaded: the engine has a draft)
+
+            k = _field(body, "num_draft_tokens", int)
+            if not 0 <= k <= MAX_DRAFT_TOKENS:
+                raise ApiError(400, f"'num_draft_tokens' must be from 0 (no speculation) to {MAX_DRAFT_TOKENS}, got {k}",
+                               "num_draft_tokens", "invalid_value")
+            opts["num_draft_tokens"] = k
+        elif self.num_draft_tokens and not opts["kv_bits"]:
+            opts["num_draft_tokens"] = self.num_draft_tokens
         stop = _field(body, "stop", (str, list), [])
         stops = [stop] if isinstance(stop, str) else stop
         if len(stops) > MAX_STOPS or not all(isinstance(s, str) and s for s in stops):
@@ -214,7 +228,7 @@ class Server:
         except asyncio.CancelledError:  # the client went away
             self.worker.cancel(stream)
             raise
-        return JSONResponse(self._full(rid, chat, gen, len(ids)))
+        return JSONResponse(self._full(rid, chat, gen, len(ids), stream.request))
 
     async def _events(self, stream: Stream, gen: "_Generation"):
         """Yield the new text and ids as tokens arrive; cancels the request at a stop string."""
@@ -246,7 +260,7 @@ class Server:
             async for text, ids in self._events(stream, gen):
                 yield {"data": json.dumps(self._chunk(rid, created, chat, text, None, ids))}
             last = self._chunk(rid, created, chat, "" if not chat else {}, gen.finish_reason)
-            last["usage"] = _usage(n_prompt, gen.n_tokens)
+            last["usage"] = _usage(n_prompt, gen.n_tokens, stream.request)
             yield {"data": json.dumps(last)}
             yield {"data": "[DONE]"}
         finally:  # a disconnect ends the generator here too: the engine drops the request
@@ -262,14 +276,14 @@ class Server:
         return {"id": rid, "object": "chat.completion.chunk" if chat else "text_completion", "created": created,
                 "model": self.model_name, "choices": [choice]}
 
-    def _full(self, rid: str, chat: bool, gen: "_Generation", n_prompt: int) -> dict:
+    def _full(self, rid: str, chat: bool, gen: "_Generation", n_prompt: int, request=None) -> dict:
         choice = {"index": 0, "finish_reason": gen.finish_reason, "token_ids": gen.ids}
         if chat:
             choice["message"] = {"role": "assistant", "content": gen.text}
         else:
             choice["text"] = gen.text
         return {"id": rid, "object": "chat.completion" if chat else "text_completion", "created": int(time.time()),
-                "model": self.model_name, "choices": [choice], "usage": _usage(n_prompt, gen.n_tokens)}
+                "model": self.model_name, "choices": [choice], "usage": _usage(n_prompt, gen.n_tokens, request)}
 
 
 class _Generation:
@@ -308,15 +322,21 @@ class _Generation:
         return out
 
 
-def _usage(prompt: int, completion: int) -> dict:
-    return {"prompt_tokens": prompt, "completion_tokens": completion, "total_tokens": prompt + completion}
+def _usage(prompt: int, completion: int, req=None) -> dict:
+    """OpenAI's usage; a speculative request's drafts as ``completion_tokens_details``."""
+    out = {"prompt_tokens": prompt, "completion_tokens": completion, "total_tokens": prompt + completion}
+    if req is not None and req.draft_proposed:
+        out["completion_tokens_details"] = {"accepted_prediction_tokens": req.draft_accepted,
+                                            "rejected_prediction_tokens": req.draft_proposed - req.draft_accepted}
+    return out
 
 
 def _param_of(message: str) -> Optional[str]:
     m = message.lower()
     if "kv budget" in m:
         return "max_tokens"
-    for word, param in (("max_tokens", "max_tokens"), ("prompt", "prompt"), ("token id", "prompt"),
+    for word, param in (("num_draft_tokens", "num_draft_tokens"), ("draft model", "num_draft_tokens"),
+                        ("max_tokens", "max_tokens"), ("prompt", "prompt"), ("token id", "prompt"),
                         ("kv", "kv_bits"), ("temperature", "temperature"), ("top_p", "top_p"), ("seed", "seed")):
         if word in m:
             return param

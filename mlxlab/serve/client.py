@@ -60,9 +60,16 @@ class HttpExecutor(Executor):
         return req
 
     def step(self) -> Optional[StepRecord]:
+        """Wait a moment for news from the streams. While requests are in flight the server is
+        working on them, so this returns a record of the wait (phase "http", not kept in
+        ``steps``): a runner that saw None would take the executor for idle and sleep until its
+        next scheduled arrival, past the finishes (and closed-loop follow-ups) of the streams."""
+        t = self.now()
         with self._news:
             self._news.wait(POLL_S)
-        return None
+        if not self.has_work:
+            return None
+        return StepRecord(-1, t, self.now(), "http", [], [])
 
     def close(self) -> None:
         for t in self._threads:

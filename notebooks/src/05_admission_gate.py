@@ -30,6 +30,7 @@ ref_chunk = None               # the seed's 2,048 here; None: 512 on a CPU, 2048
 prompt_chunks = 2              # each long prompt is this many ref_chunk chunks
 workers = None                 # None: 1, 2, 4 (quick: 1, 2)
 repeats = None                 # None: 5 (quick: 1)
+server_url = None              # also run the seed-001 mix through mlxlab serve: a URL, or "local" (a server on this model)
 results_dir = None
 figures_dir = None
 
@@ -39,6 +40,7 @@ from mlxlab import load_model
 from mlxlab.notebook import nb, widgets
 from mlxlab.studies import gate_charts
 from mlxlab.studies.gate import executor_factory, gate_study, plan_gate
+from mlxlab.studies.gate_http import run_over_http, side_by_side
 from mlxlab.studies.gate_verdict import verdicts as gate_verdicts
 
 S = nb.setup(quick, platform, results_dir, figures_dir)
@@ -112,13 +114,33 @@ widgets.explorer(build, {"policy": widgets.choice_slider(list(gate_charts.ORDER)
                          "workers": widgets.choice_slider(list(plan.workers), value=1, description="workers")})
 
 # %% [markdown]
+# ## The same workload through a server
+# With `server_url` set, the seed-001 mix (an agent's chat session beside two benchmark workers,
+# at this machine's scale) runs on an in-process engine under the admission gate, then through
+# `mlxlab serve` (the HTTP executor: every request streams over loopback as a tenant's would):
+# `"local"` starts a server on this notebook's model object with the same policy and chunk, a URL
+# drives a server you started (`mlxlab serve --policy admission_gate ...`). The metrics tables sit
+# side by side; with greedy decoding both paths give the same tokens.
+
+# %%
+over_http = None
+if server_url:
+    over_http = run_over_http(model, server_url, quick=quick, model_name=model_name)
+    print(f"{over_http['url']} ({over_http['model']}), {over_http['policy']} at chunk {over_http['chunk_size']}: "
+          f"same tokens {over_http['same_tokens']}, complete {over_http['complete']}, wall s {over_http['wall_s']}")
+    display(side_by_side(over_http).round(4))
+else:
+    print("server_url is None: the HTTP run is skipped (set it to 'local' or a server's URL)")
+
+# %% [markdown]
 # ## Verdicts
 # Computed from the same table that is saved, before saving.
 
 # %%
 verdicts = gate_verdicts(result)
-S.save("admission_gate", {"model": model_name, "bits": bits, "executor": executor, **result}, verdicts=verdicts,
+S.save("admission_gate", {"model": model_name, "bits": bits, "executor": executor, **result, "over_http": over_http},
+       verdicts=verdicts,
        parameters=dict(quick=quick, platform=platform, model_name=model_name, bits=bits, executor=executor,
                        profile_name=profile_name, ref_chunk=plan.ref_chunk, prompt_chunks=prompt_chunks,
-                       workers=list(plan.workers), repeats=plan.repeats))
+                       workers=list(plan.workers), repeats=plan.repeats, server_url=server_url))
 nb.verdict_table(verdicts)
