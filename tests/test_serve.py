@@ -412,3 +412,9 @@ def test_the_http_executor_is_busy_while_its_streams_run(server):
     assert rec is not None and rec.phase == "http" and ex.steps == []
     ex.close()  # waits for the stream
     assert req.done and len(req.output_tokens) == 64 and ex.step() is None
+
+
+def test_serve_overhead_reports_where_the_two_paths_tokens_first_differ():
+    from mlxlab.studies.serve_overhead import first_differences
+
+    assert first_differences([[1, 2, 3], [4, 5], [7, 8, 9]], [[1, 2, 3], [4, 6], [7, 8]]) == [None, 1, 2]

@@ -2,8 +2,12 @@
 client, in a process of its own, over loopback, streaming) and submitted to an in-process
 :class:`mlxlab.Engine`, on the same model object, for 1 and N concurrent streams.
 
-Per round and concurrency, the two paths run back to back, in alternating order, each on a fresh
-engine with the same options and prompts (random ids, one per stream). TTFT is from sending (HTTP)
+Per round and concurrency, the two paths run back to back, in alternating order, with the same
+options and prompts (random ids, one per stream): in-process on a fresh engine on this thread,
+over HTTP through one server started for the whole study, as a server runs. A server per round
+(the first version) put a new engine thread, and so a new mlx stream, behind every round: on the
+H200 its first request then paid the new stream's first use, 4-8x the in-process TTFT at one
+stream (``data/results/h200/serve_overhead_server_per_round.json``). TTFT is from sending (HTTP)
 or submitting (in-process) to the first token; ITL is the gap between a stream's consecutive
 tokens, as the client sees them arrive (HTTP: the arrival of each SSE chunk, stamped per token)
 or as the engine reads them. Figures are pooled over the rounds; the ratios are HTTP over
@@ -67,22 +71,15 @@ print(json.dumps(asyncio.run(main())))
 """
 
 
-def over_http(model, prompts: List[List[int]], max_tokens: int, model_name: str, **engine_options) -> Dict[str, list]:
-    """The prompts as concurrent streams from a client process (the openai package) to a server on
-    ``model`` in this process; the client's clock times them."""
+def over_http(url: str, prompts: List[List[int]], max_tokens: int, model_name: str) -> Dict[str, list]:
+    """The prompts as concurrent streams from a client process (the openai package) to the server
+    at ``url``; the client's clock times them."""
     import json
     import subprocess
     import sys
 
-    from mlxlab import serve
-
-    srv = serve.build(model, model_name=model_name, **engine_options)
-    url, stop = serve.start_background(srv)
-    try:
-        out = subprocess.run([sys.executable, "-c", _CLIENT, url, model_name, str(max_tokens)], input=json.dumps(prompts),
-                             capture_output=True, text=True, timeout=1800)
-    finally:
-        stop()
+    out = subprocess.run([sys.executable, "-c", _CLIENT, url, model_name, str(max_tokens)], input=json.dumps(prompts),
+                         capture_output=True, text=True, timeout=1800)
     if out.returncode != 0:
         raise RuntimeError(f"the HTTP client failed: {out.stderr[-2000:]}")
     results = json.loads(out.stdout.strip().splitlines()[-1])
@@ -102,30 +99,54 @@ def serve_overhead(model, *, model_name: str, streams: Sequence[int] = (1, 16), 
 
     if repeats < 1:
         raise ValueError(f"repeats must be at least 1, got {repeats}")
+    from mlxlab import serve
+
     vocab, _ = model_limits(model)
-    out: Dict[str, dict] = {}
     t_start = time.perf_counter()
-    # a throwaway run of each path first: kernels, the server stack and the client warm up
-    warm = [random_prompt(prompt_tokens, vocab, seed + 1000)]
+    url, stop = serve.start_background(serve.build(model, model_name=model_name, **engine_options))
+    try:
+        return _rounds(model, url, model_name, streams, prompt_tokens, max_tokens, repeats, seed, progress,
+                       engine_options, t_start, vocab, random_prompt)
+    finally:
+        stop()
+
+
+def first_differences(a: List[List[int]], b: List[List[int]]) -> List:
+    """Per stream, the first position where the two token lists differ (None where they agree)."""
+    out = []
+    for x, y in zip(a, b):
+        i = next((k for k, (u, v) in enumerate(zip(x, y)) if u != v), None)
+        out.append(i if i is not None or len(x) == len(y) else min(len(x), len(y)))
+    return out
+
+
+def _rounds(model, url, model_name, streams, prompt_tokens, max_tokens, repeats, seed, progress, engine_options,
+            t_start, vocab, random_prompt) -> dict:
+    out: Dict[str, dict] = {}
+    # a throwaway run of each path first, at the largest concurrency: kernels (mlx CUDA compiles one
+    # per shape on first use: a first 16-stream round on the H200 had a TTFT p99 of 42 s), the
+    # server's thread and stream and the client warm up
+    warm = [random_prompt(prompt_tokens, vocab, seed + 1000 + i) for i in range(max(streams))]
     in_process(model, warm, 4, **engine_options)
-    over_http(model, warm, 4, model_name, **engine_options)
+    over_http(url, warm, 4, model_name)
     for n in streams:
         prompts = [random_prompt(prompt_tokens, vocab, seed + i) for i in range(n)]
         pooled = {"http": {"ttft": [], "itl": []}, "in_process": {"ttft": [], "itl": []}}
-        same = True
+        same, diffs = True, []
         for rep in range(repeats):
             order = ("http", "in_process") if rep % 2 == 0 else ("in_process", "http")
             got = {}
             for path in order:
-                got[path] = (over_http(model, prompts, max_tokens, model_name, **engine_options) if path == "http"
+                got[path] = (over_http(url, prompts, max_tokens, model_name) if path == "http"
                              else in_process(model, prompts, max_tokens, **engine_options))
                 pooled[path]["ttft"] += got[path]["ttft"]
                 pooled[path]["itl"] += got[path]["itl"]
             same = same and got["http"]["tokens"] == got["in_process"]["tokens"]
+            diffs.append(first_differences(got["http"]["tokens"], got["in_process"]["tokens"]))
             if progress:
                 print(f"  streams {n}, round {rep + 1}/{repeats}: done", flush=True)
         h, e = _summary(**pooled["http"]), _summary(**pooled["in_process"])
-        out[str(n)] = {"http": h, "in_process": e, "same_tokens": same,
+        out[str(n)] = {"http": h, "in_process": e, "same_tokens": same, "first_difference": diffs,
                        "ratios": {k: h[k] / e[k] for k in ("ttft_p50_ms", "ttft_p99_ms", "itl_p50_ms", "itl_p99_ms")
                                   if e[k] > 0}}
     return {"streams": out, "wall_s": time.perf_counter() - t_start,
