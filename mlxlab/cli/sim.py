@@ -130,6 +130,13 @@ def _add_validate(parser: argparse.ArgumentParser) -> None:
                         help="add the mlx-sim-accuracy verdict and the cost model's fingerprint and provenance to "
                              "saved validation files, in place, from their tables (nothing re-run or re-simulated; "
                              "marked rescored_by this commit) and stop")
+    parser.add_argument("--held-out", type=int, default=0, metavar="N",
+                        help="also run and score N held-out cases: seeded random traces, chunk sizes, policy "
+                             "options and policies that neither the profile grid nor the standard runs use "
+                             "(mlxlab.studies.sim_heldout), reported apart")
+    parser.add_argument("--held-out-seed", type=int, default=1, metavar="S", help="seed of the held-out cases")
+    parser.add_argument("--held-out-scale", type=float, default=None,
+                        help="the held-out cases' lengths x this (default: --scale)")
     parser.add_argument("--sentinel-tokens", type=int, default=24,
                         help="output tokens of the lone chat run before each profile share and engine run "
                              "(its ITL tracks the machine's speed); 0 for none")
@@ -157,13 +164,14 @@ def cli_validate(args: argparse.Namespace) -> int:
     res = validate_simulator(model, validation_workloads(model, scale=args.scale), policies=args.policies,
                              repeats=args.repeats, profile=profile, chunk_size=args.chunk_size, scale=args.scale,
                              save=False, platform=args.platform, name=args.name,
-                             sentinel_tokens=args.sentinel_tokens, log=_say(args))
+                             sentinel_tokens=args.sentinel_tokens, heldout=args.held_out,
+                             heldout_seed=args.held_out_seed, heldout_scale=args.held_out_scale, log=_say(args))
     plat = args.platform or platform_name()
     res["paths"] = _save_validation(res, model, args.name, plat, save=args.save, figure=not args.no_figure)
     res = jsonable(res)
     print(format_validation(res))
     print(f"wrote {res['paths']}")
-    return 0 if res["passed"] else 1
+    return 0 if res["passed"] and (res.get("heldout") or {}).get("passed", True) else 1
 
 
 def _save_validation(out: dict, model, name: str, plat: str, *, save: bool, figure: bool) -> dict:
