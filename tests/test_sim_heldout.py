@@ -80,3 +80,16 @@ def test_a_case_runs_on_the_simulator_and_scores_per_tenant():
     text = format_validation({"table": [], "summary": {}, "rule": "r",
                               "heldout": {"seed": 2, "n": 1, "table": rows, "summary": sm}})
     assert "held-out traces (seed 2, 1 cases)" in text and c.name in text
+
+
+def test_the_heldout_chart_has_a_panel_per_metric_and_the_engine_range():
+    from mlxlab.studies.sim_charts import heldout_chart
+
+    rows = [{"workload": f"heldout-1-{i}", "policy": p, "tenant": t, "metric": m, "engine": 1.0, "sim": 1.0 + 0.01 * i,
+             "engine_runs": [0.95, 1.0, 1.04]}
+            for i, p in enumerate(HELDOUT_POLICIES) for t in ("chat", "doc") for m in ("ttft_p50_s", "itl_p50_s")]
+    spec = heldout_chart(rows).to_dict()
+    assert spec["facet"]["column"]["field"] == "metric"
+    data = next(iter(spec["datasets"].values()))
+    assert len(data) == len(rows) and all(d["lo"] == pytest.approx(-5.0) for d in data)
+    assert sorted({round(d["err"], 6) for d in data}) == [0.0, 1.0, 2.0]

@@ -177,8 +177,9 @@ def cli_validate(args: argparse.Namespace) -> int:
 def _save_validation(out: dict, model, name: str, plat: str, *, save: bool, figure: bool) -> dict:
     """Write a validation as :func:`mlxlab.studies.sim_validation.validate_simulator` saves it
     (verdicts and parameters apart), into :func:`~mlxlab.core.results.run_folder`, and its figure
-    ``<name>_<platform>.svg/.png`` beside it, or with ``save`` into paper/figures/ (the one the
-    paper embeds); returns the paths written."""
+    ``<name>_<platform>.svg/.png`` (and, with held-out cases, ``<name>_heldout_<platform>``:
+    :func:`mlxlab.studies.sim_charts.heldout_chart`) beside it, or with ``save`` into
+    paper/figures/ (the ones the paper embeds); returns the paths written."""
     folder = run_folder(plat, save)
     payload = {k: v for k, v in out.items() if k not in ("verdicts", "parameters", "paths")}
     paths = {"results": str(save_results(name, payload, platform=plat, folder=folder, verdicts=out["verdicts"],
@@ -186,10 +187,15 @@ def _save_validation(out: dict, model, name: str, plat: str, *, save: bool, figu
     if figure:
         try:
             from mlxlab.notebook.plots import save_figure  # altair: only for the figure
-            from mlxlab.studies.sim_charts import FIGURES, validation_chart
+            from mlxlab.studies.sim_charts import FIGURES, heldout_chart, validation_chart
 
+            where = FIGURES if save else folder
             chart = validation_chart(out["table"], title=f"{name} ({plat}, {getattr(model, 'name', '')})")
-            paths["figures"] = [str(p) for p in save_figure(chart, f"{name}_{plat}", FIGURES if save else folder)]
+            paths["figures"] = [str(p) for p in save_figure(chart, f"{name}_{plat}", where)]
+            if (out.get("heldout") or {}).get("table"):
+                held = heldout_chart(out["heldout"]["table"], title=f"simulator vs engine on held-out traces "
+                                                                    f"({plat}, {getattr(model, 'name', '')})")
+                paths["figures"] += [str(p) for p in save_figure(held, f"{name}_heldout_{plat}", where)]
         except Exception as e:  # noqa: BLE001 - a figure must not lose the numbers
             paths["figure_error"] = repr(e)
     return paths

@@ -445,11 +445,15 @@ def _save(out: dict, model, name: str, plat: str, figure: bool) -> dict:
             from mlxlab.notebook.plots import save_figure  # altair: only for the figure
             from mlxlab.studies.sim_charts import (  # altair, as above
                 FIGURES,
+                heldout_chart,
                 validation_chart,
             )
 
             chart = validation_chart(out["table"], title=f"{name} ({plat}, {getattr(model, 'name', '')})")
             paths["figures"] = [str(p) for p in save_figure(chart, f"{name}_{plat}", FIGURES)]
+            if (out.get("heldout") or {}).get("table"):
+                held = heldout_chart(out["heldout"]["table"], title=f"held-out traces ({plat})")
+                paths["figures"] += [str(p) for p in save_figure(held, f"{name}_heldout_{plat}", FIGURES)]
         except Exception as e:  # a figure must not lose the numbers
             paths["figure_error"] = repr(e)
     return paths
