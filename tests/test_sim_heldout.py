@@ -93,3 +93,22 @@ def test_the_heldout_chart_has_a_panel_per_metric_and_the_engine_range():
     data = next(iter(spec["datasets"].values()))
     assert len(data) == len(rows) and all(d["lo"] == pytest.approx(-5.0) for d in data)
     assert sorted({round(d["err"], 6) for d in data}) == [0.0, 1.0, 2.0]
+
+
+def test_profile_spread_compares_the_simulations_on_each_profile():
+    from mlxlab.core.presets import preset_config
+    from mlxlab.studies.sim_repeat import format_spread, profile_spread
+
+    cfg = preset_config("tiny")
+    slower = StepCostModel(coef=CM.coef * 1.1, n_obs=1)
+    cases = heldout_cases(1, seed=2)
+    res = profile_spread({"a": CM, "b": slower}, cfg, {}, (), 128, heldout=cases)
+    assert res["table"] and all(r["heldout"] and len(r["values"]) == 2 for r in res["table"])
+    for r in res["table"]:
+        a, b = r["values"]
+        assert r["spread"] == pytest.approx(abs(b - a) / ((a + b) / 2))
+    ttft = [r for r in res["table"] if r["metric"] == "ttft_p50_s"]
+    assert all(0.05 < r["spread"] < 0.15 for r in ttft)  # every step 10% longer: about 10% later
+    assert "spread median" in format_spread(res)
+    with pytest.raises(ValueError, match="two or more"):
+        profile_spread({"a": CM}, cfg, {}, (), 128)

@@ -137,6 +137,10 @@ def _add_validate(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--held-out-seed", type=int, default=1, metavar="S", help="seed of the held-out cases")
     parser.add_argument("--held-out-scale", type=float, default=None,
                         help="the held-out cases' lengths x this (default: --scale)")
+    parser.add_argument("--profile-spread", nargs="+", default=None, metavar="PROFILE",
+                        help="simulate the standard workloads (and --held-out cases) on each of these saved profiles "
+                             "of one machine and print how far apart the simulations are (no engine runs; a "
+                             "preset --model for its limits); writes profile_spread.json into a new run folder")
     parser.add_argument("--sentinel-tokens", type=int, default=24,
                         help="output tokens of the lone chat run before each profile share and engine run "
                              "(its ITL tracks the machine's speed); 0 for none")
@@ -153,6 +157,8 @@ def cli_validate(args: argparse.Namespace) -> int:
         return _rescore_verdicts(args.rescore_verdicts)
     if args.rescore:
         return _rescore(args)
+    if args.profile_spread:
+        return _profile_spread(args)
     from mlxlab.engine.models import load_model  # MLX: only once the command runs
     from mlxlab.studies.sim_validation import (  # MLX, as above
         validate_simulator,
@@ -213,6 +219,29 @@ def _profile_doc(path_or_name: str) -> dict:
 
     p = p.resolve()
     return {**json.loads(p.read_text()), "path": str(p.relative_to(ROOT) if p.is_relative_to(ROOT) else p)}
+
+
+def _profile_spread(args: argparse.Namespace) -> int:
+    """``--profile-spread``: the simulations on each given profile, side by side (no device)."""
+    from mlxlab.core.presets import model_limits, preset_config
+    from mlxlab.studies.sim_heldout import heldout_cases
+    from mlxlab.studies.sim_repeat import format_spread, profile_spread
+    from mlxlab.studies.sim_validation import validation_workloads
+
+    cfg = preset_config(args.model)
+    cms = {str(p): load_profile(p) for p in args.profile_spread}
+    cases = heldout_cases(args.held_out, args.held_out_seed, max_context=model_limits(cfg)[1],
+                          scale=args.scale if args.held_out_scale is None else args.held_out_scale)
+    res = profile_spread(cms, cfg, validation_workloads(cfg, scale=args.scale), args.policies, args.chunk_size,
+                         heldout=cases)
+    print(format_spread(res))
+    plat = args.platform or platform_name()
+    out = save_results("profile_spread", {**res, "config": {"model": args.model, "scale": args.scale,
+                                                             "chunk_size": args.chunk_size, "policies": args.policies,
+                                                             "heldout": [c.as_dict() for c in cases]}},
+                       platform=plat, folder=run_folder(plat))
+    print(f"wrote {out}")
+    return 0
 
 
 def _rescore(args: argparse.Namespace) -> int:
