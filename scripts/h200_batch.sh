@@ -11,6 +11,12 @@
 #   engine     issue 2: bench engine, 3 presets, 9 paired repeats of 128 decode tokens (~200 s)
 #   sim        issue 5: validate-sim (it measures its own profile), coder-1.5b 4-bit, 5 repeats (~300 s;
 #              3 repeats took 165 s)
+#   heldout    issue 19: validate-sim with 6 held-out cases (seeded random traces, chunk sizes, budgets and
+#              policies off the profile grid: mlxlab.studies.sim_heldout) beside the standard workloads,
+#              coder-1.5b 4-bit, 3 repeats (~330 s: the standard 6 runs and 6 held-out ones per repeat, each
+#              repeat after its profile share). It is the committed sim_validation.json (a superset of the
+#              sim part's). HELDOUT_MODEL=qwen2.5-0.5b or llama-3.2-1b in a call of its own writes
+#              sim_validation_MODEL.json (~250 s each).
 #   sched      issue 3: the scheduling study, one repeat, cuDNN attention off (314 s). With cuDNN on,
 #              every new (query, key) length builds a cuDNN graph: ~50 ms per chunk on first use.
 #   sched_cudnn  the same study with mlx's default cuDNN attention, for the comparison (475 s)
@@ -33,7 +39,7 @@
 #              bash scripts/device_wheels.sh serve, then carry=[".mlxcuda", ".whl"])
 set -uo pipefail
 cd "$(dirname "$0")/.."
-part=${1:?give a PART: engine | engine05 | sim | sched | sched_cudnn | slo | singlereq | rebatch | chunks | decodes | presize | align | limit | exit | contention | oprofile | serve}
+part=${1:?give a PART: engine | engine05 | sim | heldout | sched | sched_cudnn | slo | singlereq | rebatch | chunks | decodes | presize | align | limit | exit | contention | oprofile | serve}
 H="bash scripts/h200.sh"
 LOG=${OUT:-/tmp}/logs/$part.log
 MARK=$(mktemp) && touch "$MARK"
@@ -53,6 +59,12 @@ case "$part" in
   sim)
     export MLX_CUDA_USE_CUDNN_SDPA=0  # no per-shape cuDNN graph builds in the step times the fit sees
     T=${T_SIM:-480} run $H validate-sim --save --model qwen2.5-coder-1.5b --bits 4 --scale 8 --chunk-size 2048 --repeats ${SIM_REPEATS:-5} ;;
+  heldout)
+    export MLX_CUDA_USE_CUDNN_SDPA=0  # as sim: no per-shape cuDNN graph builds in the step times
+    hm=${HELDOUT_MODEL:-qwen2.5-coder-1.5b}
+    hn=$([ "$hm" = qwen2.5-coder-1.5b ] && echo sim_validation || echo "sim_validation_$hm")
+    T=${T_HELDOUT:-470} run $H validate-sim --save --model "$hm" --bits 4 --scale 8 --chunk-size 2048 \
+      --repeats ${HELDOUT_REPEATS:-3} --held-out ${HELDOUT_N:-6} --held-out-seed ${HELDOUT_SEED:-1} --name "$hn" ;;
   sched)
     export MLX_CUDA_USE_CUDNN_SDPA=0
     T=540 run $H bench scheduling --save --model qwen2.5-coder-1.5b --bits 4 --repeats 1 --workers 1 2 4 \

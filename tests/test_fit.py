@@ -126,19 +126,48 @@ def test_cell_medians_keep_a_slow_outlier_out_of_the_fit():
             t = truth.predict(b, b * c)
             recs += [{"kind": "decode", "cell": f"decode b{b} c{c}", "decode_batch": b, "decode_context_tokens": b * c,
                       "prefill_tokens": 0, "duration_s": t * f} for f in (1.0, 1.0, 10.0 if b == 2 else 1.0)]
-    for n in (32, 256):
+    for n in (32, 128, 256):  # three sizes: a chunk's own masked block grows as n**2
         for ctx in (0, 1000):
             t = truth.predict(0, 0, [(n, ctx)])
             recs += [{"kind": "prefill", "cell": f"prefill n{n} c{ctx}", "decode_batch": 0, "prefill_tokens": n,
                       "prefill_context_tokens": ctx, "prefill_seqs": [1], "duration_s": t} for _ in range(3)]
     cells = cell_medians(recs)
-    assert len(cells) == 9 + 4 and all(c["n"] == 3 for c in cells)
+    assert len(cells) == 9 + 6 and all(c["n"] == 3 for c in cells)
     slow = [c for c in cells if c["decode_batch"] == 2]
     assert all(c["spread"] > 1 for c in slow) and all(c["spread"] < 1e-9 for c in cells if c["decode_batch"] != 2)
     got = fit_cost_model(cells)
     for name, value in true.items():
         assert coefficients(got)[name] == pytest.approx(value, rel=1e-3), name
     rep = fit_report(got, cells)
-    assert set(rep) == {"all", "decode", "prefill"} and rep["all"]["n"] == 13
+    assert set(rep) == {"all", "decode", "prefill"} and rep["all"]["n"] == 15
     assert rep["all"]["median"] == pytest.approx(float(np.median(got.relative_error(cells))))
     assert rep["all"]["max"] < 1e-6
+
+
+def test_fit_separates_the_masked_pairs_of_a_dense_causal_attention():
+    """Chunks whose attention pays for the masked half of its own block (a dense masked attention,
+    mlx's CPU path) give ``prefill_attention_masked`` its price apart from the kept pairs: large
+    chunks at context 0 and small chunks at a long context, as a profile's fill and prefill
+    cells are, tell the two apart; the feature counts a chunk's pad."""
+    true = {"decode_step": 1e-2, "decode_batch": 7e-4, "decode_context_tokens": 2e-6, "prefill_chunks": 1e-2,
+            "prefill_tokens": 4e-4, "prefill_attention": 8e-7, "prefill_attention_masked": 9e-7}
+    truth = StepCostModel.from_coefficients(true, n_obs=1)
+    recs = [{"kind": "decode", "decode_batch": b, "decode_context_tokens": b * c, "duration_s": truth.predict(b, b * c)}
+            for b in (1, 2, 4) for c in (32, 600, 1300)]
+    for n, ctx in ((32, 0), (128, 32), (256, 160), (32, 1792), (256, 1952), (768, 0), (1792, 0)):
+        recs.append({"kind": "fill" if n > 256 else "prefill", "prefill_tokens": n, "prefill_context_tokens": ctx,
+                     "prefill_seqs": [9], "duration_s": truth.predict(0, 0, [(n, ctx)])})
+        recs.append({"kind": "mixed", "decode_batch": 2, "decode_context_tokens": 200, "prefill_tokens": n,
+                     "prefill_context_tokens": ctx, "prefill_seqs": [9],
+                     "duration_s": truth.predict(2, 200, [(n, ctx)])})
+    got = fit_cost_model(recs)
+    assert max(got.relative_error(recs)) < 1e-6
+    for name, value in true.items():
+        assert got.coefficients()[name] == pytest.approx(value, rel=1e-3), name
+    # without the term the large chunks come out short: the kept pairs alone cannot price them
+    kept = {k: v for k, v in true.items() if k != "prefill_attention_masked"}
+    short = StepCostModel.from_coefficients(kept, n_obs=1)
+    big = [r for r in recs if r["kind"] == "fill"]
+    assert all(short.predict_record(r) < 0.8 * r["duration_s"] for r in big)
+    f = StepCostModel.from_coefficients({"prefill_attention_masked": 1.0}).predict(0, 0, [(100, 50), (10, 0, 6)])
+    assert f == pytest.approx(100 ** 2 / 2 + 16 ** 2 / 2)  # per chunk, its pad counted

@@ -65,7 +65,7 @@ def test_a_packed_step_that_changes_the_decode_rows_pays_packed_changes():
     base = [{"kind": "decode", "decode_batch": b, "decode_context_tokens": c * b, "prefill_tokens": 0,
              "duration_s": cm.predict(b, c * b)} for b in (1, 2, 4) for c in (100, 1000)]
     base += [{"kind": "prefill", "decode_batch": 0, "prefill_tokens": n, "prefill_context_tokens": c,
-              "prefill_seqs": [1], "duration_s": cm.predict(0, 0, [(n, c)])} for n in (16, 64) for c in (0, 64)]
+              "prefill_seqs": [1], "duration_s": cm.predict(0, 0, [(n, c)])} for n in (16, 32, 64) for c in (0, 64)]
     changes = [{"kind": "start", "fused": True, "joined": 1, "decode_batch": 1, "decode_context_tokens": 10,
                 "prefill_tokens": 20, "prefill_context_tokens": 0, "prefill_seqs": [2],
                 "duration_s": cm.predict(1, 10, [(20, 0)], packed=True, joined=1)}]

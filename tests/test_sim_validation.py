@@ -52,7 +52,7 @@ def test_validation_on_tiny_scores_every_row_by_the_noise_derived_rule(tiny, tmp
     grid = dict(prefill_tokens=(16, 64, 128), contexts=(0, 384), decode_batches=(1, 2), decode_contexts=(32, 512),
                 repeats=1, fill_chunk=128)
     res = validate_simulator(tiny, {"chat+long": wl}, policies=("interleave",), repeats=3, chunk_size=128,
-                             profile_grid=grid, save=False)
+                             profile_grid=grid, save=False, heldout=1, heldout_seed=4, heldout_scale=0.25)
     rows = res["table"]
     assert len(rows) == 6 and {r["metric"] for r in rows} == {"ttft_p50_s", "itl_p50_s", "itl_p99_s"}
     for r in rows:
@@ -68,8 +68,17 @@ def test_validation_on_tiny_scores_every_row_by_the_noise_derived_rule(tiny, tmp
     assert res["passed"] == all(r["passed"] for r in rows)
     assert sum(s["passed"] for s in res["summary"].values()) == sum(r["passed"] for r in rows)
     # a lone chat before each profile share and each engine run, and the simulator's on each share
+    held = res["heldout"]
+    case = held["cases"][0]
+    assert held["seed"] == 4 and held["n"] == 1 and case["chunk_size"] not in (16, 64, 128)
+    hrows = held["table"]
+    assert {r["tenant"] for r in hrows} == {"chat", "doc"} and {r["workload"] for r in hrows} == {case["name"]}
+    assert all(len(r["engine_runs"]) == 3 and r["passed"] == (r["rel_error"] <= r["tolerance"]) for r in hrows)
+    assert held["summary"]["ttft_p50_s"]["noise_median"] == pytest.approx(
+        float(np.median([r["noise"] for r in hrows if r["metric"] == "ttft_p50_s"])))
+    hkey = f"{case['name']}/{case['policy']}"
     assert [(x["before"], x["repeat"]) for x in res["sentinels"]["runs"]] == \
-        [(b, r) for r in range(3) for b in ("profile", "chat+long/interleave")]
+        [(b, r) for r in range(3) for b in ("profile", "chat+long/interleave", hkey)]
     assert all(x["itl_p50_s"] > 0 for x in res["sentinels"]["runs"]) and len(res["sentinels"]["sim"]) == 3
     # the profile: three shares, each fitted alone, their records kept with their share
     prof = res["profile"]
@@ -85,6 +94,7 @@ def test_validation_on_tiny_scores_every_row_by_the_noise_derived_rule(tiny, tmp
     assert [(r["metric"], r["tenant"]) for r in again["table"]] == [(r["metric"], r["tenant"]) for r in rows]
     assert [r["sim"] for r in again["table"]] == pytest.approx([r["sim"] for r in rows], rel=1e-9)
     assert [r["sim_saved"] for r in again["table"]] == [r["sim"] for r in rows]
+    assert [r["sim"] for r in again["heldout"]["table"]] == pytest.approx([r["sim"] for r in hrows], rel=1e-9)
     # and through the command line: `mlxlab validate-sim --rescore FILE` writes FILE_rescored.json
     src = tmp_path / "sim_validation.json"
     src.write_text(json.dumps(saved))

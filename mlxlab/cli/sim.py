@@ -130,6 +130,17 @@ def _add_validate(parser: argparse.ArgumentParser) -> None:
                         help="add the mlx-sim-accuracy verdict and the cost model's fingerprint and provenance to "
                              "saved validation files, in place, from their tables (nothing re-run or re-simulated; "
                              "marked rescored_by this commit) and stop")
+    parser.add_argument("--held-out", type=int, default=0, metavar="N",
+                        help="also run and score N held-out cases: seeded random traces, chunk sizes, policy "
+                             "options and policies that neither the profile grid nor the standard runs use "
+                             "(mlxlab.studies.sim_heldout), reported apart")
+    parser.add_argument("--held-out-seed", type=int, default=1, metavar="S", help="seed of the held-out cases")
+    parser.add_argument("--held-out-scale", type=float, default=None,
+                        help="the held-out cases' lengths x this (default: --scale)")
+    parser.add_argument("--profile-spread", nargs="+", default=None, metavar="PROFILE",
+                        help="simulate the standard workloads (and --held-out cases) on each of these saved profiles "
+                             "of one machine and print how far apart the simulations are (no engine runs; a "
+                             "preset --model for its limits); writes profile_spread.json into a new run folder")
     parser.add_argument("--sentinel-tokens", type=int, default=24,
                         help="output tokens of the lone chat run before each profile share and engine run "
                              "(its ITL tracks the machine's speed); 0 for none")
@@ -146,6 +157,8 @@ def cli_validate(args: argparse.Namespace) -> int:
         return _rescore_verdicts(args.rescore_verdicts)
     if args.rescore:
         return _rescore(args)
+    if args.profile_spread:
+        return _profile_spread(args)
     from mlxlab.engine.models import load_model  # MLX: only once the command runs
     from mlxlab.studies.sim_validation import (  # MLX, as above
         validate_simulator,
@@ -157,20 +170,22 @@ def cli_validate(args: argparse.Namespace) -> int:
     res = validate_simulator(model, validation_workloads(model, scale=args.scale), policies=args.policies,
                              repeats=args.repeats, profile=profile, chunk_size=args.chunk_size, scale=args.scale,
                              save=False, platform=args.platform, name=args.name,
-                             sentinel_tokens=args.sentinel_tokens, log=_say(args))
+                             sentinel_tokens=args.sentinel_tokens, heldout=args.held_out,
+                             heldout_seed=args.held_out_seed, heldout_scale=args.held_out_scale, log=_say(args))
     plat = args.platform or platform_name()
     res["paths"] = _save_validation(res, model, args.name, plat, save=args.save, figure=not args.no_figure)
     res = jsonable(res)
     print(format_validation(res))
     print(f"wrote {res['paths']}")
-    return 0 if res["passed"] else 1
+    return 0 if res["passed"] and (res.get("heldout") or {}).get("passed", True) else 1
 
 
 def _save_validation(out: dict, model, name: str, plat: str, *, save: bool, figure: bool) -> dict:
     """Write a validation as :func:`mlxlab.studies.sim_validation.validate_simulator` saves it
     (verdicts and parameters apart), into :func:`~mlxlab.core.results.run_folder`, and its figure
-    ``<name>_<platform>.svg/.png`` beside it, or with ``save`` into paper/figures/ (the one the
-    paper embeds); returns the paths written."""
+    ``<name>_<platform>.svg/.png`` (and, with held-out cases, ``<name>_heldout_<platform>``:
+    :func:`mlxlab.studies.sim_charts.heldout_chart`) beside it, or with ``save`` into
+    paper/figures/ (the ones the paper embeds); returns the paths written."""
     folder = run_folder(plat, save)
     payload = {k: v for k, v in out.items() if k not in ("verdicts", "parameters", "paths")}
     paths = {"results": str(save_results(name, payload, platform=plat, folder=folder, verdicts=out["verdicts"],
@@ -178,10 +193,15 @@ def _save_validation(out: dict, model, name: str, plat: str, *, save: bool, figu
     if figure:
         try:
             from mlxlab.notebook.plots import save_figure  # altair: only for the figure
-            from mlxlab.studies.sim_charts import FIGURES, validation_chart
+            from mlxlab.studies.sim_charts import FIGURES, heldout_chart, validation_chart
 
+            where = FIGURES if save else folder
             chart = validation_chart(out["table"], title=f"{name} ({plat}, {getattr(model, 'name', '')})")
-            paths["figures"] = [str(p) for p in save_figure(chart, f"{name}_{plat}", FIGURES if save else folder)]
+            paths["figures"] = [str(p) for p in save_figure(chart, f"{name}_{plat}", where)]
+            if (out.get("heldout") or {}).get("table"):
+                held = heldout_chart(out["heldout"]["table"], title=f"simulator vs engine on held-out traces "
+                                                                    f"({plat}, {getattr(model, 'name', '')})")
+                paths["figures"] += [str(p) for p in save_figure(held, f"{name}_heldout_{plat}", where)]
         except Exception as e:  # noqa: BLE001 - a figure must not lose the numbers
             paths["figure_error"] = repr(e)
     return paths
@@ -199,6 +219,29 @@ def _profile_doc(path_or_name: str) -> dict:
 
     p = p.resolve()
     return {**json.loads(p.read_text()), "path": str(p.relative_to(ROOT) if p.is_relative_to(ROOT) else p)}
+
+
+def _profile_spread(args: argparse.Namespace) -> int:
+    """``--profile-spread``: the simulations on each given profile, side by side (no device)."""
+    from mlxlab.core.presets import model_limits, preset_config
+    from mlxlab.studies.sim_heldout import heldout_cases
+    from mlxlab.studies.sim_repeat import format_spread, profile_spread
+    from mlxlab.studies.sim_validation import validation_workloads
+
+    cfg = preset_config(args.model)
+    cms = {str(p): load_profile(p) for p in args.profile_spread}
+    cases = heldout_cases(args.held_out, args.held_out_seed, max_context=model_limits(cfg)[1],
+                          scale=args.scale if args.held_out_scale is None else args.held_out_scale)
+    res = profile_spread(cms, cfg, validation_workloads(cfg, scale=args.scale), args.policies, args.chunk_size,
+                         heldout=cases)
+    print(format_spread(res))
+    plat = args.platform or platform_name()
+    out = save_results("profile_spread", {**res, "config": {"model": args.model, "scale": args.scale,
+                                                             "chunk_size": args.chunk_size, "policies": args.policies,
+                                                             "heldout": [c.as_dict() for c in cases]}},
+                       platform=plat, folder=run_folder(plat))
+    print(f"wrote {out}")
+    return 0
 
 
 def _rescore(args: argparse.Namespace) -> int:

@@ -8,6 +8,7 @@ each of :data:`FEATURES`)::
         + join_rows * rows + batch_changes * [batch changed]
         + prefill_chunks * chunks + prefill_tokens * n + prefill_attention * pairs
         + prefill_attention_unaligned * unaligned pairs + packed_changes * [packed step changed rows]
+        + prefill_attention_masked * masked pairs
 
 Each term, and what it stands for in the engine (:mod:`mlxlab.engine`):
 
@@ -36,6 +37,14 @@ Each term, and what it stands for in the engine (:mod:`mlxlab.engine`):
   update per row for every layer's keys and values (host work that grows with rows and layers:
   ``probes/rebatch_probe.py``, ``data/results/h200/rebatch_probe.json``), ``filter`` reads
   the left padding back per layer, and the first forward after a change meets new shapes.
+* ``prefill_attention_masked``: the query-key pairs a chunk's causal mask throws away
+  (``n**2 / 2`` per chunk, ``n`` with its pad): an attention that computes the whole
+  ``n x (context + n)`` score matrix and then masks it (mlx's CPU path: the unfused
+  ``q @ k.T``, mask, softmax, ``@ v``) pays for them as for the kept pairs, a kernel that skips
+  masked blocks does not. Measured on ``small`` float32 (``data/profiles/cpu-small.json`` before
+  this term): one 1,792-token chunk at context 0 took 3.59 s where the kept pairs alone predicted
+  2.35 s, while 256 tokens at context 1,952 (the same per-pair price, few masked pairs) fitted to
+  2%; ``n x (context + n)`` at the small chunks' per-pair price gives 3.6 s.
 * ``packed_changes``: 1 if the decode rows changed (a row's first decode, a join, a drop) in a
   packed step (:mod:`mlxlab.engine.fused`: one forward for the decode and the chunks). Such a step
   costs more than the same step without the change, while a change in a decode-only step costs what ``join_rows`` and ``batch_changes`` say (``start``/``join``/``drop``
@@ -64,7 +73,8 @@ The same model serves the ``slo`` policy (to choose a chunk size) and the simula
 plan), so both read step records the same way. Profiles saved with the six features of earlier
 versions (``decode_step, decode_batch, decode_context_tokens, prefill_chunks, prefill_tokens,
 prefill_attention``) load with no batched, join or drop cost; profiles saved before the padding
-term charge padding as real context, as they did.
+term charge padding as real context, as they did; profiles saved before
+``prefill_attention_masked`` charge nothing for the masked pairs, as they did.
 """
 
 from __future__ import annotations
@@ -79,12 +89,12 @@ from mlxlab.core.plan import KEY_ALIGN
 
 FEATURES = ("decode_step", "decode_batched", "decode_batch", "decode_context_tokens", "join_tokens", "drop_tokens",
             "join_rows", "batch_changes", "prefill_chunks", "prefill_tokens", "prefill_attention",
-            "prefill_attention_unaligned", "decode_padding_tokens", "packed_changes")
+            "prefill_attention_unaligned", "decode_padding_tokens", "packed_changes", "prefill_attention_masked")
 LEGACY_FEATURES = ("decode_step", "decode_batch", "decode_context_tokens", "prefill_chunks", "prefill_tokens",
                    "prefill_attention")
 DECODE_FEATURES = [0, 1, 2, 3, 12]  # what a decode forward costs
 REBATCH_FEATURES = [4, 5, 6, 7]  # changes of the decode batch
-PREFILL_FEATURES = [8, 9, 10, 11]  # prefill chunks
+PREFILL_FEATURES = [8, 9, 10, 11, 14]  # prefill chunks
 PACKED_FEATURES = [13]  # a change of the decode rows inside a packed forward
 
 
@@ -137,6 +147,7 @@ def features(decode_batch: int = 0, decode_context_tokens: int = 0,
         float(sum(p * unaligned_weight(n + c) for p, (n, c) in zip(pairs, ran))),
         float(decode_padding_tokens) if b >= 2 else 0.0,
         1.0 if (b and packed and chunks and (joined or join_rows or batch_change)) else 0.0,
+        float(sum(n * n / 2.0 for n, _ in ran)),
     ])
 
 
@@ -171,7 +182,8 @@ def record_features(rec: dict) -> np.ndarray:
     listed = rec.get("prefill_chunks")
     if n and listed and sum(int(c[0]) for c in listed) == n:  # each chunk as it ran: exact for several
         g = features(0, 0, listed)
-        for name in ("prefill_chunks", "prefill_tokens", "prefill_attention", "prefill_attention_unaligned"):
+        for name in ("prefill_chunks", "prefill_tokens", "prefill_attention", "prefill_attention_unaligned",
+                     "prefill_attention_masked"):
             f[FEATURES.index(name)] = g[FEATURES.index(name)]
         return f
     f[FEATURES.index("prefill_chunks")] = float(len(seqs)) if n else 0.0

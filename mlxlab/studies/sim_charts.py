@@ -145,3 +145,31 @@ def _plane(points: List[dict]):
     budgets = alt.Chart(sf).mark_text(dx=-7, dy=3, fontSize=9, align="right").encode(
         x=x, y=y, text="budget:Q", color=color)
     return line + dots + labels + budgets
+
+
+def heldout_chart(rows: List[dict], title: str = "simulator vs engine on held-out traces"):
+    """The simulator's signed error on each held-out row (``(sim - engine) / engine``, one point
+    per case and tenant), a panel per metric, beside the engine's own repeat range around its
+    median (the grey bar: the noise floor) and the 5% / 10% lines. Colour: the case's policy."""
+    df = pd.DataFrame([{"row": f"{r['workload'].replace('heldout-', '#')} {r['tenant']}", "policy": r["policy"],
+                        "metric": METRIC_LABELS.get(r["metric"], r["metric"]),
+                        "err": 100.0 * (r["sim"] - r["engine"]) / r["engine"],
+                        "lo": 100.0 * (min(r["engine_runs"]) - r["engine"]) / r["engine"],
+                        "hi": 100.0 * (max(r["engine_runs"]) - r["engine"]) / r["engine"],
+                        "engine_ms": 1e3 * r["engine"], "sim_ms": 1e3 * r["sim"]} for r in rows])
+    order = sorted(df.row.unique(), key=lambda s: (int(s.split()[0].split("-")[-1]), s))
+    x = alt.X("row:N", sort=order, title="held-out case and tenant", axis=alt.Axis(labelAngle=-60))
+    top = max(12.0, float(df[["err", "lo", "hi"]].abs().max().max()) * 1.1)
+    y = alt.Y("err:Q", title="simulator - engine (% of engine median)", scale=alt.Scale(domain=[-top, top]))
+    base = alt.Chart(df)
+    noise = base.mark_bar(size=9, color="#bbbbbb", opacity=0.8).encode(x=x, y=alt.Y("lo:Q"), y2="hi:Q")
+    rules = [base.mark_rule(color="gray", opacity=0.7, strokeDash=[1, 0] if v == 0 else [4, 3] if abs(v) == 5
+                            else [1, 3]).encode(y=alt.datum(v)) for v in (-10, -5, 0, 5, 10)]
+    pts = base.mark_point(filled=True, size=60).encode(
+        x=x, y=y, color=alt.Color("policy:N", title="policy"),
+        tooltip=["row", "policy", alt.Tooltip("err:Q", format=".1f"), alt.Tooltip("engine_ms:Q", format=".2f"),
+                 alt.Tooltip("sim_ms:Q", format=".2f")])
+    return alt.layer(noise, *rules, pts).properties(width=300, height=240).facet(
+        column=alt.Column("metric:N", title=None, sort=["TTFT p50", "ITL p50", "ITL p99"])
+    ).properties(title=alt.TitleParams(title, subtitle=[
+        "grey: the engine's repeats around their median (its noise floor); lines at 0, +-5% (dashed), +-10% (dotted)"]))

@@ -27,6 +27,7 @@ from mlxlab.core.runner import run_workload
 from mlxlab.core.workload import Workload
 from mlxlab.sim.fit import cell_medians, coefficients, fit_cost_model
 from mlxlab.sim.simulator import Simulator
+from mlxlab.studies.sim_heldout import HeldOutCase
 
 MIN_TOLERANCE = 0.10
 NOISE_FACTOR = 3.0
@@ -86,7 +87,9 @@ def score_config(workload: str, policy: str, engine_summaries: List[dict], sim_s
 
 
 def summarize(rows: List[dict]) -> Dict[str, dict]:
-    """Per metric: median and max relative error, how many rows are within 10% and pass."""
+    """Per metric: median and max relative error, how many rows are within 10% and pass, and the
+    engine's own repeat spread over the same rows (``noise_median``, ``noise_max``: the floor no
+    simulator can be held below)."""
     summary = {}
     for _, _, label in METRICS:
         sel = [r for r in rows if r["metric"] == label]
@@ -95,6 +98,9 @@ def summarize(rows: List[dict]) -> Dict[str, dict]:
             summary[label] = {"median_rel_error": float(np.median(errs)), "max_rel_error": float(max(errs)),
                               "within_10pct": sum(e <= MIN_TOLERANCE for e in errs),
                               "passed": sum(r["passed"] for r in sel), "n": len(errs)}
+            noise = [r["noise"] for r in sel if r.get("noise") is not None and math.isfinite(r["noise"])]
+            if noise:
+                summary[label].update(noise_median=float(np.median(noise)), noise_max=float(max(noise)))
             paired = [e for r in sel for e in (r.get("paired_errors") or [])]
             if paired:
                 summary[label]["paired_median_rel_error"] = float(np.median(paired))
@@ -102,20 +108,32 @@ def summarize(rows: List[dict]) -> Dict[str, dict]:
 
 
 def format_validation(result: dict) -> str:
-    """The validation table as fixed-width text."""
+    """The validation table as fixed-width text, the held-out table after it (when there is one)."""
+    text = _format_table(result["table"], result.get("summary", {}), result.get("rule"))
+    held = result.get("heldout")
+    if held:
+        text += f"\n\nheld-out traces (seed {held.get('seed')}, {held.get('n')} cases):\n"
+        text += _format_table(held["table"], held.get("summary", {}), None)
+    return text
+
+
+def _format_table(table: List[dict], summary: dict, rule_text: Optional[str]) -> str:
     lines = [f"{'workload':11s} {'policy':15s} {'tenant':6s} {'metric':11s} {'engine':>10s} {'sim':>10s} "
              f"{'error':>7s} {'noise':>7s} {'tol':>6s}  ok"]
-    for r in result["table"]:
+    for r in table:
         lines.append(f"{r['workload']:11s} {r['policy']:15s} {r['tenant']:6s} {r['metric']:11s} "
                      f"{r['engine'] * 1e3:8.2f}ms {r['sim'] * 1e3:8.2f}ms {r['rel_error']:7.1%} "
                      f"{(r['noise'] if r['noise'] is not None else float('nan')):7.1%} {r['tolerance']:6.0%}  "
                      f"{'yes' if r['passed'] else 'NO'}")
-    lines.append(result["rule"])
-    for label, sm in result.get("summary", {}).items():
+    if rule_text:
+        lines.append(rule_text)
+    for label, sm in summary.items():
         line = (f"{label:11s} error median {sm['median_rel_error']:.1%}, max {sm['max_rel_error']:.1%}, "
                 f"within 10%: {sm['within_10pct']}/{sm['n']}, passed: {sm['passed']}/{sm['n']}")
         if "paired_median_rel_error" in sm:
             line += f"; paired (repeat r vs share r) median {sm['paired_median_rel_error']:.1%}"
+        if "noise_median" in sm:
+            line += f"; engine spread median {sm['noise_median']:.1%}, max {sm['noise_max']:.1%}"
         lines.append(line)
     return "\n".join(lines)
 
@@ -220,8 +238,30 @@ def rescore_validation(result, *, log: Optional[Callable[[str], None]] = None) -
             rows += _rescored_rows(saved, wname, p, sims)
     order = {k: i for i, k in enumerate(saved)}
     rows.sort(key=lambda r: order[(r["workload"], r["policy"], r["tenant"], r["metric"])])
-    return {"source": source, "table": rows, "summary": summarize(rows), "rule": result.get("rule"),
-            "coefficients": [coefficients(c) for c in cms], "config": cfg}
+    out = {"source": source, "table": rows, "summary": summarize(rows), "rule": result.get("rule"),
+           "coefficients": [coefficients(c) for c in cms], "config": cfg}
+    if result.get("heldout"):
+        out["heldout"] = _rescored_heldout(result["heldout"], cms, cfg, say)
+    return out
+
+
+def _rescored_heldout(held: dict, cms: list, cfg: dict, say: Callable[[str], None]) -> dict:
+    """The held-out cases of a saved validation again: each rebuilt from its spec, the simulator
+    rerun on every refitted share, the engine's side as saved."""
+    vocab = next(iter(cfg["workloads"].values()))["vocab_size"]
+    max_ctx = next(iter(cfg["workloads"].values())).get("max_context") or DEFAULT_MAX_CONTEXT
+    saved = {(r["workload"], r["policy"], r["tenant"], r["metric"]): r for r in held["table"]}
+    rows = []
+    for d in held["cases"]:
+        case = HeldOutCase.from_dict(d)
+        wl = case.workload(vocab)
+        sims = [run_workload(Simulator(c, policy=case.policy, chunk_size=case.chunk_size, vocab_size=vocab,
+                                       max_context=max_ctx, **case.options), wl).summary for c in cms]
+        say(f"[rescore] {case.name} {case.policy}: {len(sims)} shares")
+        rows += _rescored_rows(saved, case.name, case.policy, sims)
+    order = {k: i for i, k in enumerate(saved)}
+    rows.sort(key=lambda r: order[(r["workload"], r["policy"], r["tenant"], r["metric"])])
+    return {**held, "table": rows, "summary": summarize(rows), "passed": all(r["passed"] for r in rows)}
 
 
 def _rescored_rows(saved: Dict[tuple, dict], wname: str, policy: str, sims: List[dict]) -> List[dict]:

@@ -32,6 +32,7 @@ from mlxlab.sim.fit import cell_medians, coefficients, fit_cost_model, fit_repor
 from mlxlab.sim.measure import profile_device
 from mlxlab.sim.profiles import cost_model_from_dict
 from mlxlab.sim.simulator import Simulator
+from mlxlab.studies.sim_heldout import HeldOutCase, heldout_cases
 from mlxlab.studies.sim_claims import parameters, record_of_result, sim_accuracy_verdict
 from mlxlab.studies.sim_scoring import (
     IDLE_GAP_S,
@@ -145,18 +146,50 @@ class ValidationPlan:
     profile_grid: Optional[dict] = None
     cost_model: Optional[object] = None
     profile_doc: Optional[dict] = None  # a given profile file's path, kind and environment (its provenance)
+    heldout: List[HeldOutCase] = field(default_factory=list)
+    heldout_seed: Optional[int] = None
 
     @property
     def measure_profile(self) -> bool:
         return self.cost_model is None
 
+    def configs(self, vocab_size: int) -> List["RunConfig"]:
+        """Every run: each standard workload under each policy, then each held-out case under its own."""
+        out = [RunConfig((w, p), wl, p, self.chunk_size, dict(self.options.get(p, {})), False)
+               for w, wl in self.workloads.items() for p in self.policies]
+        return out + [RunConfig((c.name, c.policy), c.workload(vocab_size), c.policy, c.chunk_size, dict(c.options),
+                                True) for c in self.heldout]
+
+
+@dataclass
+class RunConfig:
+    """One (workload, policy) both executors run: its key in the results, the chunk size and
+    policy options, and whether it is a held-out case (:mod:`mlxlab.studies.sim_heldout`)."""
+
+    key: Tuple[str, str]
+    workload: object
+    policy: str
+    chunk_size: int
+    options: dict
+    heldout: bool
+
+    def engine(self, model) -> Engine:
+        return Engine(model, policy=self.policy, chunk_size=self.chunk_size, **self.options)
+
+    def simulator(self, model, cost_model) -> Simulator:
+        return Simulator.for_model(model, cost_model, policy=self.policy, chunk_size=self.chunk_size, **self.options)
+
 
 def plan_validation(model, workloads: Optional[Dict[str, Workload]], policies: Sequence[str], repeats: int, *,
                     profile=None, chunk_size: int = 256, policy_options: Optional[Dict[str, dict]] = None,
                     scale: float = 1.0, profile_grid: Optional[dict] = None, seed: int = 0,
-                    sentinel_tokens: int = 24, say: Callable[[str], None] = print) -> ValidationPlan:
+                    sentinel_tokens: int = 24, heldout: int = 0, heldout_seed: int = 1,
+                    heldout_scale: Optional[float] = None, say: Callable[[str], None] = print) -> ValidationPlan:
     """The workloads (default :func:`validation_workloads`), and the profile: the given one, or a
-    grid around what the runs use (:func:`targeted_grid`, one repeat per share)."""
+    grid around what the standard workloads use (:func:`targeted_grid`, one repeat per share);
+    ``heldout`` cases drawn with ``heldout_seed`` (:func:`mlxlab.studies.sim_heldout.heldout_cases`
+    at ``heldout_scale``, default ``scale``) whose chunk sizes and options are none of the grid's
+    chunk sizes nor the standard chunk size."""
     if repeats < 2:
         raise ValueError("repeats must be >= 2: the tolerance needs the engine's run-to-run noise")
     workloads = workloads or validation_workloads(model, scale=scale, seed=seed)
@@ -173,8 +206,13 @@ def plan_validation(model, workloads: Optional[Dict[str, Workload]], policies: S
         shape = workload_shape(workloads, policies, chunk_size, options, vocab, max_ctx)
         profile_grid = targeted_grid(shape, chunk_size, repeats=1)
         say(f"[validate] profile grid {profile_grid} (measured once per repeat)")
+    avoid = {chunk_size} | set((profile_grid or {}).get("prefill_tokens", ()))
+    cases = heldout_cases(heldout, heldout_seed, scale=scale if heldout_scale is None else heldout_scale,
+                          max_context=model_limits(model)[1], avoid=avoid) if heldout else []
+    for c in cases:
+        say(f"[validate] {c.label()}")
     return ValidationPlan(workloads, tuple(policies), options, chunk_size, repeats, scale, seed, sentinel_tokens,
-                          profile_grid, cm, doc)
+                          profile_grid, cm, doc, cases, heldout_seed if heldout else None)
 
 
 # ---------------------------------------------------------------------------------- run
@@ -215,26 +253,26 @@ def run_engine(model, plan: ValidationPlan, *, warmup: bool = True, say: Callabl
                                    "itl_p50_s": itl})
             say(f"[validate] sentinel before {before}: lone ITL p50 {itl * 1e3:.2f} ms")
 
+    configs = plan.configs(model_limits(model)[0])
     if warmup:  # unrecorded: first use of every shape the runs will see (kernels compile on a GPU)
-        for wl in plan.workloads.values():
-            for p in plan.policies:
-                _fresh()
-                run_workload(engine(p), wl)
+        for c in configs:
+            _fresh()
+            run_workload(c.engine(model), c.workload)
         say(f"[validate] warm-up done ({time.perf_counter() - t_start:.1f} s)")
     for r in range(plan.repeats):
         if plan.measure_profile:
             sentinel("profile", r)
             _profile_share(model, plan, runs, r, say)
-        for wname, wl in plan.workloads.items():
-            for p in plan.policies:
-                sentinel(f"{wname}/{p}", r)
-                _fresh()
-                res = run_workload(engine(p), wl)
-                runs.summaries.setdefault((wname, p), []).append(res.summary)
-                runs.steps.setdefault((wname, p), []).append(res.timeline.to_dict("records"))
-                say(f"[validate] engine {wname:10s} {p:15s} repeat {r + 1}: "
-                    f"TTFT p50 {res.summary['all']['ttft_s']['p50'] * 1e3:8.1f} ms, ITL p50 "
-                    f"{res.summary['all']['itl_s']['p50'] * 1e3:7.2f} ms ({res.wall_s:.1f} s)")
+        for c in configs:
+            wname, p = c.key
+            sentinel(f"{wname}/{p}", r)
+            _fresh()
+            res = run_workload(c.engine(model), c.workload)
+            runs.summaries.setdefault(c.key, []).append(res.summary)
+            runs.steps.setdefault(c.key, []).append(res.timeline.to_dict("records"))
+            say(f"[validate] engine {wname:10s} {p:15s} repeat {r + 1}: "
+                f"TTFT p50 {res.summary['all']['ttft_s']['p50'] * 1e3:8.1f} ms, ITL p50 "
+                f"{res.summary['all']['itl_s']['p50'] * 1e3:7.2f} ms ({res.wall_s:.1f} s)")
     return runs
 
 
@@ -293,22 +331,32 @@ def score_validation(model, plan: ValidationPlan, runs: EngineRuns) -> dict:
     """The simulator on every configuration once per cost model, scored against the engine's
     repeats; the periods and step rows of both sides, the step-ratio diagnosis, the sentinels."""
     cm, cms, prof_info = fitted_profile(model, plan, runs)
-    rows, period_tables, steps = [], {}, {}
-    for wname, wl in plan.workloads.items():
-        for p in plan.policies:
-            sim_res = [run_workload(Simulator.for_model(model, c, policy=p, chunk_size=plan.chunk_size,
-                                                        **plan.options.get(p, {})), wl) for c in cms]
-            eng, sim = runs.steps[(wname, p)], [r.timeline.to_dict("records") for r in sim_res]
-            period_tables[f"{wname}/{p}"] = {"engine": periods(*eng), "sim": periods(*sim)}
-            steps[f"{wname}/{p}"] = {"engine": [step_rows(recs) for recs in eng], "sim": [step_rows(s) for s in sim]}
-            rows += score_config(wname, p, runs.summaries[(wname, p)], [r.summary for r in sim_res])
+    rows, held, period_tables, steps = [], [], {}, {}
+    for c in plan.configs(model_limits(model)[0]):
+        wname, p = c.key
+        sim_res = [run_workload(c.simulator(model, m), c.workload) for m in cms]
+        eng, sim = runs.steps[c.key], [r.timeline.to_dict("records") for r in sim_res]
+        period_tables[f"{wname}/{p}"] = {"engine": periods(*eng), "sim": periods(*sim)}
+        steps[f"{wname}/{p}"] = {"engine": [step_rows(recs) for recs in eng], "sim": [step_rows(s) for s in sim]}
+        (held if c.heldout else rows).extend(score_config(wname, p, runs.summaries[c.key],
+                                                          [r.summary for r in sim_res]))
     sim_sentinels = [sentinel_itl(Simulator.for_model(model, c, policy="interleave", chunk_size=plan.chunk_size),
                                   tokens=plan.sentinel_tokens, seed=plan.seed)
                      for c in cms] if plan.sentinel_tokens > 0 else []
-    return {"rule": rule(plan.repeats), "table": rows, "summary": summarize(rows),
-            "passed": all(r["passed"] for r in rows), "step_ratio": step_ratio(cm, runs.steps),
-            "periods": period_tables, "steps": {"columns": list(STEP_COLUMNS), "runs": steps}, "profile": prof_info,
-            "sentinels": {"runs": runs.sentinels, "sim": sim_sentinels}}
+    out = {"rule": rule(plan.repeats), "table": rows, "summary": summarize(rows),
+           "passed": all(r["passed"] for r in rows), "step_ratio": step_ratio(cm, runs.steps),
+           "periods": period_tables, "steps": {"columns": list(STEP_COLUMNS), "runs": steps}, "profile": prof_info,
+           "sentinels": {"runs": runs.sentinels, "sim": sim_sentinels}}
+    if plan.heldout:
+        out["heldout"] = heldout_block(plan.heldout, plan.heldout_seed, held)
+    return out
+
+
+def heldout_block(cases: Sequence[HeldOutCase], seed: Optional[int], rows: List[dict]) -> dict:
+    """A validation's held-out part: the cases (their specs, to rebuild them), the rows, and per
+    metric the error summary beside the engine's own repeat spread (its noise floor)."""
+    return {"seed": seed, "n": len(cases), "cases": [c.as_dict() for c in cases], "table": rows,
+            "summary": summarize(rows), "passed": all(r["passed"] for r in rows)}
 
 
 # ---------------------------------------------------------------------------------- the study
@@ -318,7 +366,8 @@ def validate_simulator(model, workloads: Optional[Dict[str, Workload]] = None,
                        policy_options: Optional[Dict[str, dict]] = None, scale: float = 1.0,
                        profile_grid: Optional[dict] = None, warmup: bool = True, seed: int = 0,
                        save: bool = True, figure: bool = True, platform: Optional[str] = None,
-                       name: str = "sim_validation", sentinel_tokens: int = 24,
+                       name: str = "sim_validation", sentinel_tokens: int = 24, heldout: int = 0,
+                       heldout_seed: int = 1, heldout_scale: Optional[float] = None,
                        log: Optional[Callable[[str], None]] = None) -> dict:
     """Simulator against engine on the same workloads (rule: :mod:`mlxlab.studies.sim_scoring`).
 
@@ -338,6 +387,10 @@ def validate_simulator(model, workloads: Optional[Dict[str, Workload]] = None,
         sentinel_tokens: before each profile share and each engine run, a lone chat of this many
             output tokens (:func:`sentinel_itl`), whose ITL p50 tracks how fast the machine is
             right then; 0 for none.
+        heldout, heldout_seed, heldout_scale: that many held-out cases
+            (:mod:`mlxlab.studies.sim_heldout`: random traces, chunk sizes, options and policies
+            neither the profile grid nor the standard runs use), run and scored beside the
+            standard workloads and reported apart (``heldout``).
         save, figure, platform, name: write ``data/results/<platform>/<name>.json`` and
             ``paper/figures/<name>_<platform>.svg/.png``.
 
@@ -353,22 +406,27 @@ def validate_simulator(model, workloads: Optional[Dict[str, Workload]] = None,
     sentinel on each share's cost model), ``config``, ``cost_model`` (the fingerprint and provenance of
     the cost models the simulator ran on: :func:`mlxlab.studies.sim_claims.cost_model_record`),
     ``verdicts`` (``mlx-sim-accuracy``: :func:`mlxlab.studies.sim_claims.sim_accuracy_verdict`),
-    ``parameters``, ``wall_s``; plus ``paths`` when saved.
+    ``parameters``, ``wall_s``; with held-out cases ``heldout`` (``cases``: each one's spec,
+    ``table`` and ``summary`` as for the standard rows, ``seed``); plus ``paths`` when saved.
     """
     say = log or (lambda s: None)
     t_start = time.perf_counter()
     plan = plan_validation(model, workloads, policies, repeats, profile=profile, chunk_size=chunk_size,
                            policy_options=policy_options, scale=scale, profile_grid=profile_grid, seed=seed,
-                           sentinel_tokens=sentinel_tokens, say=say)
+                           sentinel_tokens=sentinel_tokens, heldout=heldout, heldout_seed=heldout_seed,
+                           heldout_scale=heldout_scale, say=say)
     runs = run_engine(model, plan, warmup=warmup, say=say, t_start=t_start)
     out = score_validation(model, plan, runs)
     out["config"] = {"model": getattr(model, "name", None), "dtype": str(getattr(model, "dtype", "")),
                      "bits": getattr(model, "bits", None), "policies": list(plan.policies), "repeats": repeats,
                      "chunk_size": chunk_size, "scale": scale, "policy_options": plan.options,
-                     "workloads": {k: w.config() for k, w in plan.workloads.items()}}
+                     "workloads": {k: w.config() for k, w in plan.workloads.items()},
+                     "heldout": {"n": len(plan.heldout), "seed": plan.heldout_seed,
+                                 "scale": scale if heldout_scale is None else heldout_scale}}
     out["cost_model"] = record_of_result({**out, "environment": {"git_commit": _git_commit()}})
     out["verdicts"] = [sim_accuracy_verdict(out, out["cost_model"])]
     out["parameters"] = parameters(out, seed=seed, sentinel_tokens=sentinel_tokens, warmup=warmup,
+                                   heldout=len(plan.heldout), heldout_seed=plan.heldout_seed,
                                    profile="measured in the run" if plan.measure_profile else
                                    ((plan.profile_doc or {}).get("path") or "given"))
     out["wall_s"] = time.perf_counter() - t_start
@@ -387,11 +445,15 @@ def _save(out: dict, model, name: str, plat: str, figure: bool) -> dict:
             from mlxlab.notebook.plots import save_figure  # altair: only for the figure
             from mlxlab.studies.sim_charts import (  # altair, as above
                 FIGURES,
+                heldout_chart,
                 validation_chart,
             )
 
             chart = validation_chart(out["table"], title=f"{name} ({plat}, {getattr(model, 'name', '')})")
             paths["figures"] = [str(p) for p in save_figure(chart, f"{name}_{plat}", FIGURES)]
+            if (out.get("heldout") or {}).get("table"):
+                held = heldout_chart(out["heldout"]["table"], title=f"held-out traces ({plat})")
+                paths["figures"] += [str(p) for p in save_figure(held, f"{name}_heldout_{plat}", FIGURES)]
         except Exception as e:  # a figure must not lose the numbers
             paths["figure_error"] = repr(e)
     return paths
