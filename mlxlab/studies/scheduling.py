@@ -110,7 +110,9 @@ class _Bench:
             return MlxLmExecutor(self.model, prefill_step_size=chunk)
         if kind == "overlap":
             return Engine(self.model, policy=self.plan.overlap_policy, chunk_size=chunk, overlap=True)
-        return Engine(self.model, policy=kind, chunk_size=chunk, **(opts or {}))
+        # serial steps: the study compares chunking policies (slo would run beside decode on a GPU
+        # if the engine chose; the "overlap" row measures that mode)
+        return Engine(self.model, policy=kind, chunk_size=chunk, overlap=False, **(opts or {}))
 
     def workload(self, chat_tokens: Optional[int], workers: int, prompt_tokens, start_s: float) -> Workload:
         p, tenants = self.plan, []

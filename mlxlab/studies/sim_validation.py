@@ -174,7 +174,8 @@ class RunConfig:
     heldout: bool
 
     def engine(self, model) -> Engine:
-        return Engine(model, policy=self.policy, chunk_size=self.chunk_size, **self.options)
+        # serial steps, as the simulator runs them (slo would run beside decode on a GPU if the engine chose)
+        return Engine(model, policy=self.policy, chunk_size=self.chunk_size, overlap=False, **self.options)
 
     def simulator(self, model, cost_model) -> Simulator:
         return Simulator.for_model(model, cost_model, policy=self.policy, chunk_size=self.chunk_size, **self.options)
@@ -243,7 +244,7 @@ def run_engine(model, plan: ValidationPlan, *, warmup: bool = True, say: Callabl
     runs = EngineRuns()
 
     def engine(p):
-        return Engine(model, policy=p, chunk_size=plan.chunk_size, **plan.options.get(p, {}))
+        return Engine(model, policy=p, chunk_size=plan.chunk_size, overlap=False, **plan.options.get(p, {}))  # serial
 
     def sentinel(before: str, r: int) -> None:
         if plan.sentinel_tokens > 0:
