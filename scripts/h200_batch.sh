@@ -35,11 +35,13 @@
 #   contention issue 16: bench contention, 3 presets (a chat beside a 30k-token document); the default settings
 #              are those of the committed run (the overlap ones that met or came closest to the bounds)
 #   oprofile   issue 16: probes/overlap_profile.py, where the chat's and the document's time goes (~120 s)
+#   determinism  issue 18: probes/determinism_probe.py, whether the same greedy requests give the same
+#              tokens twice in-process (1 and 16 streams, and generate_step) on qwen2.5-0.5b (~60 s)
 #   serve      issue 18: bench serve, 3 presets, 1 and 16 streams (needs the server's wheels in .whl/:
 #              bash scripts/device_wheels.sh serve, then carry=[".mlxcuda", ".whl"])
 set -uo pipefail
 cd "$(dirname "$0")/.."
-part=${1:?give a PART: engine | engine05 | sim | heldout | sched | sched_cudnn | slo | singlereq | rebatch | chunks | decodes | presize | align | limit | exit | contention | oprofile | serve}
+part=${1:?give a PART: engine | engine05 | sim | heldout | sched | sched_cudnn | slo | singlereq | rebatch | chunks | decodes | presize | align | limit | exit | contention | oprofile | serve | determinism}
 H="bash scripts/h200.sh"
 LOG=${OUT:-/tmp}/logs/$part.log
 MARK=$(mktemp) && touch "$MARK"
@@ -117,6 +119,8 @@ case "$part" in
     T=${T_OPROF:-300} run $PY -m probes.overlap_profile --models ${OPROF_MODELS:-qwen2.5-0.5b llama-3.2-1b qwen2.5-coder-1.5b} \
       --bits 4 --doc-tokens 30000 --chat-context 1536 --settings overlap-2048-pipelined overlap-2048-pipelined-jobs16 \
       --switch default --repeats 3 --platform h200 ;;
+  determinism)
+    T=${T_DET:-200} run $PY -m probes.determinism_probe --model ${DET_MODEL:-qwen2.5-0.5b} --bits 4 --platform h200 ;;
   serve)
     T=${T_SERVE:-400} run $H bench serve --save --models ${SERVE_MODELS:-qwen2.5-0.5b llama-3.2-1b qwen2.5-coder-1.5b} \
       --bits 4 --streams 1 16 --prompt-tokens 1024 --max-tokens 128 --repeats 3 ;;
