@@ -418,3 +418,20 @@ def test_serve_overhead_reports_where_the_two_paths_tokens_first_differ():
     from mlxlab.studies.serve_overhead import first_differences
 
     assert first_differences([[1, 2, 3], [4, 5], [7, 8, 9]], [[1, 2, 3], [4, 6], [7, 8]]) == [None, 1, 2]
+
+
+def test_serve_verdict_decides_on_the_worst_itl_p99_ratio_and_reports_the_added_ttft():
+    from mlxlab.core.claims import check_verdicts
+    from mlxlab.studies.serve_overhead import serve_verdicts
+
+    def res(ratio):
+        row = {"ratios": {"itl_p99_ms": ratio}, "http": {"ttft_p50_ms": 30.0}, "in_process": {"ttft_p50_ms": 10.0},
+               "same_tokens": True}
+        return {"streams": {"1": row, "16": {**row, "ratios": {"itl_p99_ms": 1.1}}}}
+
+    (ok,) = check_verdicts(serve_verdicts({"a": res(1.4), "b": res(0.9)}), experiment="serve_overhead")
+    assert ok["verdict"] == "reproduced" and ok["measured"]["where"] == "a:1"
+    assert ok["measured"]["http_extra_ttft_p50_ms"]["b:16"] == 20.0
+    (bad,) = serve_verdicts({"a": res(1.6)})
+    assert bad["verdict"] == "not reproduced" and bad["measured"]["worst"] == 1.6
+    assert serve_verdicts({})[0]["verdict"] == "not measured"

@@ -65,6 +65,8 @@ def register_bench(bsub: argparse._SubParsersAction) -> None:
     bs.add_argument("--repeats", type=positive_int, default=3, help="rounds, the two paths alternating")
     bs.add_argument("--chunk-size", type=positive_int, default=2048, help="prefill chunk size")
     bs.add_argument("--platform", default=None, help="results folder name (default: detected)")
+    bs.add_argument("--rescore", default=None, metavar="JSON",
+                    help="decide the verdicts of a saved serve_overhead.json again, in place (nothing is run), and stop")
     add_save_argument(bs)
     bs.set_defaults(func=cli_bench_serve)
 
@@ -73,8 +75,12 @@ def cli_bench_serve(args: argparse.Namespace) -> int:
     from mlxlab.core.environment import platform_name
     from mlxlab.core.results import run_folder, save_results
     from mlxlab.engine.models import load_model
-    from mlxlab.studies.serve_overhead import format_table, serve_overhead
+    from mlxlab.studies.serve_overhead import format_table, rescore_file, serve_overhead, serve_verdicts
 
+    if args.rescore:
+        for v in rescore_file(args.rescore):
+            print(f"[{v['verdict']}] {v['claim']}: {v['measured']}")
+        return 0
     plat = args.platform or platform_name()
     params = {k: getattr(args, k) for k in ("models", "bits", "dtype", "streams", "prompt_tokens", "max_tokens",
                                             "repeats", "chunk_size")}
@@ -85,7 +91,11 @@ def cli_bench_serve(args: argparse.Namespace) -> int:
                              max_tokens=args.max_tokens, repeats=args.repeats, chunk_size=args.chunk_size)
         out["presets"][preset] = res
         print(format_table(preset, res), flush=True)
-    path = save_results("serve_overhead", out, platform=plat, folder=run_folder(plat, args.save), parameters=params)
+    vs = serve_verdicts(out["presets"])
+    path = save_results("serve_overhead", out, platform=plat, folder=run_folder(plat, args.save), parameters=params,
+                        verdicts=vs)
+    for v in vs:
+        print(f"[{v['verdict']}] {v['claim']}: {v['measured']}")
     print(f"wrote {path}")
     return 0
 

@@ -167,3 +167,57 @@ def format_table(name: str, res: dict) -> str:
                      f"{rt.get('ttft_p99_ms', float('nan')):>9.2f}x{rt.get('itl_p50_ms', float('nan')):>8.2f}x"
                      f"{rt.get('itl_p99_ms', float('nan')):>8.2f}x  same tokens: {r['same_tokens']}")
     return "\n".join(lines)
+
+
+SERVE_ITL_X = 1.5  # HTTP over in-process ITL p99, at most (data/claims/mlxlab.yaml, mlx-serve-itl)
+
+
+def serve_verdicts(presets: Dict[str, dict]) -> List[dict]:
+    """``mlx-serve-itl`` from :func:`serve_overhead` results by preset: reproduced when every
+    preset and concurrency has an HTTP ITL p99 at most SERVE_ITL_X times the in-process one.
+    Measured: the worst ratio and where, every ratio, and the TTFT p50 the HTTP path added (ms)."""
+    from mlxlab.core.claims import verdict
+
+    ratios, extra_ttft, same = {}, {}, {}
+    for name, res in presets.items():
+        for n, r in (res.get("streams") or {}).items():
+            key = f"{name}:{n}"
+            ratios[key] = round(float(r["ratios"].get("itl_p99_ms", float("nan"))), 3)
+            extra_ttft[key] = round(r["http"]["ttft_p50_ms"] - r["in_process"]["ttft_p50_ms"], 1)
+            same[key] = bool(r.get("same_tokens"))
+    finite = {k: v for k, v in ratios.items() if v == v}
+    worst = max(finite, key=finite.get) if finite else None
+    v = "not measured" if worst is None else ("reproduced" if finite[worst] <= SERVE_ITL_X else "not reproduced")
+    measured = None if worst is None else {"worst": finite[worst], "where": worst, "itl_p99_ratio": ratios,
+                                           "http_extra_ttft_p50_ms": extra_ttft, "same_tokens": same}
+    return [verdict(
+        "mlx-serve-itl", v, measured=measured,
+        rule=f"Per preset and concurrency: the HTTP path's ITL p99 (gaps between the arrivals of a stream's tokens "
+             f"at the client, pooled over the rounds) over the in-process engine's (gaps as the engine reads its "
+             f"tokens). Reproduced when every ratio is at most {SERVE_ITL_X:g}; measured: the worst, every ratio, "
+             f"and the TTFT p50 the HTTP path adds in ms (reported, not decided).",
+        fairness="The same model object, prompts and engine options on both paths, the rounds alternating which path "
+                 "runs first, the client in a process of its own. Tokens that reach the client in one chunk share a "
+                 "stamp, which lowers the HTTP side's ITL p50 (so only p99 is decided). same_tokens compares the two "
+                 "paths' greedy tokens. On the H200 they differ: mlx's batch-1 decode is not repeatable run to run "
+                 "(data/results/h200/determinism_probe.json), and over HTTP the arrivals spread, so rows are batched "
+                 "with other rows than in-process; with random weights' near-tied logits either flips greedy tokens.")]
+
+
+def rescore_file(path) -> List[dict]:
+    """Decide the verdicts of a saved ``serve_overhead.json`` again, in place (nothing re-run)."""
+    import datetime as _dt
+    import json
+    from pathlib import Path
+
+    from mlxlab.core.results import _git_commit, _git_dirty, dumps
+
+    path = Path(path)
+    doc = json.loads(path.read_text())
+    doc["verdicts"] = serve_verdicts(doc["presets"])
+    doc["rescored_by"] = {"commit": _git_commit(), "dirty": _git_dirty(),
+                          "at": _dt.datetime.now(_dt.timezone.utc).isoformat(timespec="seconds"),
+                          "what": "verdicts decided from the stored summaries by "
+                                  "mlxlab.studies.serve_overhead.serve_verdicts; nothing was re-run"}
+    path.write_text(dumps(doc) + "\n")
+    return doc["verdicts"]
