@@ -10,6 +10,8 @@ from mlxlab.policies.base import Policy
 
 #: overlap_job_chunks that hands a whole prompt to the prefill thread in one job
 WHOLE_PROMPT = 1 << 20
+#: the newest chunk choices kept in ``chosen`` (for plots; a server runs for days)
+CHOSEN_KEEP = 100_000
 
 
 class SLOChunking(Policy):
@@ -144,6 +146,8 @@ class SLOChunking(Policy):
             # a budget is an upper bound (align down); the knee a lower one (align up)
             n = align_chunk(n, s, self.key_align, up=not feasible) or n
             self.chosen.append(n)
+            if len(self.chosen) > 2 * CHOSEN_KEEP:  # bounded in a long-running server
+                del self.chosen[:-CHOSEN_KEEP]
         n = min(n, s.remaining_prefill)
         plan.prefill.append((s.seq_id, align_chunk(n, s, self.key_align) or n))  # (idempotent when aligned above)
         return plan
