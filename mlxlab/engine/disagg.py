@@ -12,19 +12,14 @@ that token), so it joins the decode batch at the next decode like any prefilled 
 streams the rest. A request that the first token ends (``max_tokens`` 1, a stop token) travels
 without KV: nobody would read it.
 
-**The wire** (:func:`send_prompt` / :func:`recv_message`): per prompt, a ``HEADER``-long int32
-header (kind, workload index, prompt length, ``max_tokens``, first token, layers, positions, KV
-heads, key and value head dims, dtype code, tenant bytes, times in microseconds), then the prompt's
-tokens and tenant name (int32), then all layers' keys stacked into one array and the values into
-another (two large sends instead of two per layer). mlx's ring backend has point-to-point
-``send``/``recv`` (each direction of a two-rank ring is its own socket, served by its own thread), so
-the KV moves only once and only from rank 0 to rank 1. mlx's NCCL backend raises "Send not
-supported" for both in mlx 0.32, so on two GPUs the KV would have to move by ``all_gather``
-(both ranks in lock step, the receiver contributing a buffer of equal size): not built here.
+**The wire** (:mod:`mlxlab.engine.disagg_wire`): an int32 header with the metadata (index,
+lengths, shapes, dtype, times), the prompt and tenant, then the stacked keys and values, over the
+ring backend's point-to-point ``send``/``recv`` (mlx's NCCL backend has neither in mlx 0.32).
 
-``recv`` blocks, so each rank reads messages on a :class:`Receiver` thread with its own mlx stream
-(a blocked recv then holds only that stream's worker, never the engine's) and the engine's thread
-polls its queue between steps. The other direction carries *triggers*: a workload request that
+``recv`` blocks, so the decode worker reads messages on a :class:`Receiver` thread with its own
+mlx stream (a blocked recv then holds only that stream's worker, never the engine's) and the
+engine's thread polls its queue between steps; a waiting recv busy-polls a core in mlx's ring
+backend, so its threads wait at idle priority (:class:`Comms`). The other direction carries *triggers*: a workload request that
 arrives "after request j has n tokens" (the contention workload's document, arriving once the
 chat streams) is noticed on the decode worker, which sends the trigger's index and time to rank 0.
 
@@ -41,153 +36,19 @@ a single engine (the baseline, the same triggers checked in process), :func:`run
 
 from __future__ import annotations
 
-import queue
-import threading
 import time
-from typing import Callable, Dict, List, Optional
+from typing import Callable, Dict, List
 
 import mlx.core as mx
 from mlx_lm.models.cache import KVCache, make_prompt_cache
 
 from mlxlab.core.request import Request, StepRecord
-from mlxlab.engine.batch import all_plain
+from mlxlab.engine.disagg_wire import (  # noqa: F401 (the wire's names are this module's API too)
+    HEADER, KIND_DONE, KIND_PROMPT, KIND_TRIGGER, Comms, Receiver, _send, pack_prompt, recv_message,
+    send_prompt, send_signal, unpack_prompt)
 from mlxlab.engine.loop import Engine, thread_stream
 
-HEADER = 16  # int32 fields of a message header
-KIND_PROMPT, KIND_TRIGGER, KIND_DONE, KIND_START = 1, 2, 3, 4
-(F_KIND, F_INDEX, F_PROMPT, F_MAX, F_FIRST, F_LAYERS, F_POS, F_HEADS, F_KDIM, F_VDIM, F_DTYPE, F_TENANT,
- F_ARRIVAL_US, F_PREFILL_START_US, F_FIRST_US, F_SEND_US) = range(HEADER)
-DTYPES = (mx.float32, mx.float16, mx.bfloat16)
 PREFILL_RANK, DECODE_RANK = 0, 1
-
-
-def _us(t: float) -> int:
-    return int(round(t * 1e6))
-
-
-def header_array(**fields) -> mx.array:
-    """A header with ``fields`` (names of the ``F_*`` constants, lower case, without ``F_``) set."""
-    h = [0] * HEADER
-    for k, v in fields.items():
-        h[globals()["F_" + k.upper()]] = int(v)
-    return mx.array(h, dtype=mx.int32)
-
-
-def _send(x: mx.array, dst: int, group) -> None:
-    mx.eval(mx.distributed.send(x, dst, group=group))
-
-
-# ----------------------------------------------------------------------------- the wire
-
-
-def pack_prompt(index: int, req: Request, first_token: int, caches: Optional[list], t0: float,
-                times: Dict[str, float]) -> list:
-    """One prefilled prompt as the arrays that travel, in order: header, prompt + tenant, and with
-    ``caches`` (the prompt's per-layer plain ``KVCache``; None: the request is already done, no KV
-    travels) all layers' keys, then values, each ``(layers, 1, heads, positions, dim)``.
-    ``times``: ``arrival``, ``prefill_start``, ``first`` (engine seconds); the header's send time
-    is now, on the clock ``t0`` starts."""
-    keys = values = None
-    if caches is not None:
-        if not all_plain(caches):
-            raise ValueError("disaggregation sends plain KVCache layers only (no quantized, rotating or SSM caches)")
-        pos = caches[0].offset
-        keys = mx.stack([c.keys[..., :pos, :] for c in caches])
-        values = mx.stack([c.values[..., :pos, :] for c in caches])
-        mx.eval(keys, values)
-    tenant = list(req.tenant.encode())
-    kv = {} if keys is None else dict(layers=keys.shape[0], pos=keys.shape[3], heads=keys.shape[2],
-                                      kdim=keys.shape[4], vdim=values.shape[4], dtype=DTYPES.index(keys.dtype))
-    head = header_array(kind=KIND_PROMPT, index=index, prompt=len(req.prompt), max=req.max_tokens, first=first_token,
-                        tenant=len(tenant), arrival_us=_us(times["arrival"]),
-                        prefill_start_us=_us(times["prefill_start"]), first_us=_us(times["first"]),
-                        send_us=_us(time.perf_counter() - t0), **kv)
-    return [head, mx.array(req.prompt + tenant, dtype=mx.int32)] + ([] if keys is None else [keys, values])
-
-
-def unpack_prompt(h: List[int], text: List[int], keys: Optional[mx.array], values: Optional[mx.array]) -> dict:
-    """A received prompt message as a dict (see :func:`recv_message`)."""
-    return {"kind": h[F_KIND], "index": h[F_INDEX], "arrival_s": h[F_ARRIVAL_US] / 1e6, "prompt": text[:h[F_PROMPT]],
-            "tenant": bytes(text[h[F_PROMPT]:]).decode(), "max_tokens": h[F_MAX], "first_token": h[F_FIRST],
-            "positions": h[F_POS], "prefill_start_s": h[F_PREFILL_START_US] / 1e6, "first_s": h[F_FIRST_US] / 1e6,
-            "send_start_s": h[F_SEND_US] / 1e6, "keys": keys, "values": values,
-            "bytes": 4 * (HEADER + len(text)) + (0 if keys is None else keys.nbytes + values.nbytes)}
-
-
-def send_prompt(group, dst: int, index: int, req: Request, first_token: int, caches: Optional[list],
-                t0: float, times: Dict[str, float]) -> dict:
-    """Send one prefilled prompt (:func:`pack_prompt`'s arrays, one ``send`` each). Returns what was
-    sent: ``bytes`` (all of it), ``kv_bytes``, ``positions``, ``pack_s`` (stacking the layers),
-    ``send_s`` and the send's start and end (seconds on ``t0``'s clock)."""
-    t_pack = time.perf_counter()
-    arrays = pack_prompt(index, req, first_token, caches, t0, times)
-    t_send = time.perf_counter()
-    for x in arrays:
-        _send(x, dst, group)
-    t_end = time.perf_counter()
-    return {"bytes": int(sum(x.nbytes for x in arrays)), "kv_bytes": int(sum(x.nbytes for x in arrays[2:])),
-            "positions": int(arrays[0][F_POS].item()), "pack_s": t_send - t_pack, "send_s": t_end - t_send,
-            "send_start_s": t_send - t0, "send_end_s": t_end - t0}
-
-
-def send_signal(group, dst: int, kind: int, index: int = 0, t_s: float = 0.0) -> None:
-    """A header-only message: a trigger (``index`` arrives at ``t_s``), done, or the start."""
-    _send(header_array(kind=kind, index=index, arrival_us=_us(t_s)), dst, group)
-
-
-def recv_message(group, src: int) -> dict:
-    """Receive one message (blocking): ``kind``, ``index``, and for a prompt its ``prompt``,
-    ``tenant``, ``max_tokens``, ``first_token``, ``keys``/``values`` (None without KV) and times."""
-    head = mx.distributed.recv((HEADER,), mx.int32, src, group=group)
-    mx.eval(head)
-    h = head.tolist()
-    msg = {"kind": h[F_KIND], "index": h[F_INDEX], "arrival_s": h[F_ARRIVAL_US] / 1e6}
-    if h[F_KIND] != KIND_PROMPT:
-        return msg
-    text = mx.distributed.recv((h[F_PROMPT] + h[F_TENANT],), mx.int32, src, group=group)
-    mx.eval(text)
-    keys = values = None
-    if h[F_POS]:
-        dtype = DTYPES[h[F_DTYPE]]
-        keys = mx.distributed.recv((h[F_LAYERS], 1, h[F_HEADS], h[F_POS], h[F_KDIM]), dtype, src, group=group)
-        mx.eval(keys)
-        values = mx.distributed.recv((h[F_LAYERS], 1, h[F_HEADS], h[F_POS], h[F_VDIM]), dtype, src, group=group)
-        mx.eval(values)
-    return unpack_prompt(h, text.tolist(), keys, values)
-
-
-class Receiver(threading.Thread):
-    """Receives messages from ``src`` on its own thread and mlx stream until a done message; each
-    lands in ``messages`` with ``received_s`` (seconds since ``start``, set once known)."""
-
-    def __init__(self, group, src: int, clock: Callable[[], float] = time.perf_counter):
-        super().__init__(daemon=True, name=f"mlxlab-recv-{src}")
-        self.group, self.src, self.clock = group, src, clock
-        self.messages: "queue.Queue[dict]" = queue.Queue()
-        self.start_time: Optional[float] = None
-        self.error: Optional[BaseException] = None
-
-    def run(self) -> None:
-        try:
-            with mx.stream(mx.new_stream(mx.cpu)):
-                while True:
-                    msg = recv_message(self.group, self.src)
-                    msg["received_at"] = self.clock()
-                    self.messages.put(msg)
-                    if msg["kind"] == KIND_DONE:
-                        return
-        except BaseException as e:  # handed to the engine's thread, which raises it
-            self.error = e
-            self.messages.put({"kind": KIND_DONE, "error": True})
-
-    def get(self, timeout: Optional[float]) -> Optional[dict]:
-        try:
-            msg = self.messages.get(timeout=timeout)
-        except queue.Empty:
-            return None
-        if self.error is not None:
-            raise RuntimeError(f"the receiver of rank {self.src}'s messages failed: {self.error!r}") from self.error
-        return msg
 
 
 # ----------------------------------------------------------------------------- the two engines
@@ -365,66 +226,64 @@ def run_local(engine: Engine, workload: List[dict]) -> Dict[int, Request]:
     return reqs
 
 
-def run_prefill(engine_factory: Callable[[Callable], PrefillEngine], workload: List[dict], group) -> dict:
-    """Rank 0: the prefill worker. Sends the start, then each prefilled prompt; submits timed
-    requests on time and triggered ones when rank 1's trigger comes; ends with a done message and
-    waits for rank 1's. Returns ``sent`` (index -> :func:`send_prompt`'s record), ``requests``
-    (index -> request) and ``engine``."""
+def run_prefill(engine_factory: Callable[[Callable], PrefillEngine], workload: List[dict], comms: Comms) -> dict:
+    """Rank 0: the prefill worker. Sends its start time, then each prefilled prompt as it is done;
+    submits timed requests on time and a triggered one when rank 1's trigger is read, which is
+    when it has nothing to prefill and no timed arrival is due (a trigger sent during a prefill
+    waits in the socket till then: the trigger's time is its arrival, so the wait counts in its
+    TTFT; no recv is left pending while it computes, see :class:`Comms`). Ends with a done message
+    and waits for rank 1's (the round's barrier). Returns ``sent`` (index -> :func:`send_prompt`'s
+    record), ``requests`` (index -> request) and ``engine``."""
     workload = check_workload(workload)
     sent: Dict[int, dict] = {}
     index_of: Dict[int, int] = {}  # request id -> workload index
 
     def hand_off(seq, token, t, caches):
         req = seq.req
-        sent[index_of[req.id]] = send_prompt(group, DECODE_RANK, index_of[req.id], req, token, caches,
+        sent[index_of[req.id]] = send_prompt(comms, DECODE_RANK, index_of[req.id], req, token, caches,
                                              engine._t0, {"arrival": req.arrival_s, "prefill_start":
                                                           req.prefill_start_s, "first": t})
 
-    engine = engine_factory(hand_off)
-    receiver = Receiver(group, DECODE_RANK)
-    receiver.start()
-    mx.eval(mx.distributed.send(mx.array([engine._t0], dtype=mx.float64), DECODE_RANK, group=group))
-    timed, reqs, waiting, peer_done = _timed_arrivals(workload), {}, len(workload), False
+    def submit(i: int, arrival_s: float) -> None:
+        index_of[engine._next_request] = i
+        reqs[i] = _submit(engine, workload[i], arrival_s)
 
-    while waiting or engine.has_work:
+    engine = engine_factory(hand_off)
+    with comms.active():
+        _send(mx.array([engine._t0], dtype=mx.float64), DECODE_RANK, comms.group)
+    timed, reqs = _timed_arrivals(workload), {}
+    triggered = sum(r["after"] is not None for r in workload)
+    while timed or triggered or engine.has_work:
         while timed and workload[timed[0]]["arrival_s"] <= engine.now():
             i = timed.pop(0)
-            index_of[engine._next_request] = i
-            reqs[i] = _submit(engine, workload[i], workload[i]["arrival_s"])
-            waiting -= 1
+            submit(i, workload[i]["arrival_s"])
         if engine.has_work:
             engine.step()
-            msg = receiver.get(timeout=0) if not receiver.messages.empty() else None
+        elif timed:
+            time.sleep(max(0.0, workload[timed[0]]["arrival_s"] - engine.now()))
         else:
-            wait = workload[timed[0]]["arrival_s"] - engine.now() if timed else None
-            msg = receiver.get(timeout=max(0.0, wait) if wait is not None else None)
-        if msg is not None and msg["kind"] == KIND_TRIGGER:
-            i = msg["index"]
-            index_of[engine._next_request] = i
-            reqs[i] = _submit(engine, workload[i], msg["arrival_s"])
-            waiting -= 1
-        elif msg is not None and msg["kind"] == KIND_DONE:
-            peer_done = True
-            if waiting:
-                raise RuntimeError(f"the decode worker ended with {waiting} requests not yet submitted")
-    send_signal(group, DECODE_RANK, KIND_DONE)
-    if not peer_done:
-        while receiver.get(timeout=None)["kind"] != KIND_DONE:
-            pass
-    receiver.join()
+            msg = recv_message(comms, DECODE_RANK)
+            if msg["kind"] != KIND_TRIGGER:
+                raise RuntimeError(f"the decode worker ended with {triggered} triggered requests not yet sent")
+            submit(msg["index"], msg["arrival_s"])
+            triggered -= 1
+    send_signal(comms, DECODE_RANK, KIND_DONE)
+    if recv_message(comms, DECODE_RANK)["kind"] != KIND_DONE:
+        raise RuntimeError("the decode worker sent a message after the last request")
     return {"sent": sent, "requests": reqs, "engine": engine}
 
 
-def run_decode(engine: DecodeEngine, workload: List[dict], group) -> dict:
-    """Rank 1: the decode worker. Adopts each prompt rank 0 sends, decodes, sends a trigger when a
-    triggered request's condition is met, and a done message once rank 0's done came and its own
-    work ended. Returns ``requests`` (index -> request), ``received`` (index -> bytes and times)
-    and ``engine``."""
+def run_decode(engine: DecodeEngine, workload: List[dict], comms: Comms) -> dict:
+    """Rank 1: the decode worker. Adopts each prompt rank 0 sends (read on a :class:`Receiver`
+    thread), decodes, sends a trigger when a triggered request's condition is met, and a done
+    message once rank 0's done came and its own work ended. Returns ``requests`` (index ->
+    request), ``received`` (index -> bytes and times) and ``engine``."""
     workload = check_workload(workload)
-    start = mx.distributed.recv((1,), mx.float64, PREFILL_RANK, group=group)
-    mx.eval(start)
+    with comms.active():
+        start = mx.distributed.recv((1,), mx.float64, PREFILL_RANK, group=comms.group)
+        mx.eval(start)
     engine.align_clock(float(start.item()))
-    receiver = Receiver(group, PREFILL_RANK)
+    receiver = Receiver(comms, PREFILL_RANK)
     receiver.start()
     trig, reqs, received, peer_done = Triggers(workload), {}, {}, False
     with mx.stream(thread_stream()):
@@ -443,13 +302,13 @@ def run_decode(engine: DecodeEngine, workload: List[dict], group) -> dict:
                                               "transfer_s": t - msg["send_start_s"], "first_s": msg["first_s"]}
                 msg = receiver.get(timeout=0) if not receiver.messages.empty() else None
             for i in trig.fired(reqs):
-                send_signal(group, PREFILL_RANK, KIND_TRIGGER, i, engine.now())
+                send_signal(comms, PREFILL_RANK, KIND_TRIGGER, i, engine.now())
             trig.cancel(engine, reqs)
             if engine.has_work:
                 engine.step()
             if trig.pending and not engine.has_work and peer_done:
                 raise RuntimeError(f"requests {trig.pending} wait on triggers that can no longer fire")
         engine.flush()
-    send_signal(group, PREFILL_RANK, KIND_DONE)
     receiver.join()
+    send_signal(comms, PREFILL_RANK, KIND_DONE)
     return {"requests": reqs, "received": received, "engine": engine}

@@ -40,9 +40,9 @@ def main(argv=None) -> int:
     p.add_argument("--chunk-size", type=int, default=512)
     p.add_argument("--rounds", type=int, default=1)
     p.add_argument("--local", action="store_true", help="run the workload on one engine in this process")
+    p.add_argument("--busy-wait", action="store_true",
+                   help="leave mlx's ring threads busy-polling at full priority while they wait (Comms)")
     args = p.parse_args(argv)
-
-    import mlx.core as mx
 
     from mlxlab.engine import disagg
     from mlxlab.engine.models import load_model
@@ -59,21 +59,21 @@ def main(argv=None) -> int:
             reqs = disagg.run_local(eng, workload)
             rounds.append({"requests": {i: _request(r) for i, r in reqs.items()}, "steps": _steps(eng)})
     else:
-        group = mx.distributed.init(backend="ring", strict=True)
+        comms = disagg.Comms("ring", idle_wait=not args.busy_wait)
         t_init = time.perf_counter() - t_load
-        if group.size() != 2:
-            raise SystemExit(f"disaggregation runs on exactly 2 ranks (prefill, decode), got {group.size()}")
-        rank = group.rank()
+        if comms.group.size() != 2:
+            raise SystemExit(f"disaggregation runs on exactly 2 ranks (prefill, decode), got {comms.group.size()}")
+        rank = comms.group.rank()
         name = f"rank{rank}"
         for _ in range(args.rounds):
             t_round = time.perf_counter()
             if rank == disagg.PREFILL_RANK:
                 res = disagg.run_prefill(lambda hand_off: disagg.PrefillEngine(
-                    model, hand_off, policy=args.policy, chunk_size=args.chunk_size), workload, group)
+                    model, hand_off, policy=args.policy, chunk_size=args.chunk_size), workload, comms)
                 rounds.append({"requests": {i: _request(r) for i, r in res["requests"].items()},
                                "sent": res["sent"], "steps": _steps(res["engine"])})
             else:
-                res = disagg.run_decode(disagg.DecodeEngine(model, policy="interleave"), workload, group)
+                res = disagg.run_decode(disagg.DecodeEngine(model, policy="interleave"), workload, comms)
                 rounds.append({"requests": {i: _request(r) for i, r in res["requests"].items()},
                                "received": res["received"], "steps": _steps(res["engine"])})
             rounds[-1]["round_s"] = time.perf_counter() - t_round
@@ -81,6 +81,7 @@ def main(argv=None) -> int:
 
     doc = {"role": name, "blas": blas_in_use(), "model": args.model, "dtype": args.dtype, "policy": args.policy,
            "chunk_size": args.chunk_size, "env": _threads(), "seconds": time.perf_counter() - t_load, "init_s": t_init,
+           "ring_threads_idle_wait": None if args.local else comms.idle_wait,
            "rounds": rounds}
     (out / f"{name}.json").write_text(json.dumps(doc))
     return 0
