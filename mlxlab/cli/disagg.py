@@ -29,6 +29,9 @@ def register_bench(bsub: argparse._SubParsersAction) -> None:
                     help="workload rounds per process on fresh engines; the last (warm) is measured")
     bd.add_argument("--threads", type=positive_int, default=1, help="OPENBLAS_NUM_THREADS of every process")
     bd.add_argument("--seed", type=int, default=0, help="seed of the random prompts")
+    bd.add_argument("--settings", nargs="+", default=["single", "disagg"], choices=["single", "disagg", "disagg-busywait"],
+                    help="what runs, in this order within each repeat (disagg-busywait: mlx's ring threads left "
+                         "busy-polling while they wait)")
     bd.add_argument("--platform", default=None, help="results folder name (None: detected)")
     add_save_argument(bd)
     bd.set_defaults(func=cli_bench_disagg)
@@ -43,13 +46,14 @@ def cli_bench_disagg(args: argparse.Namespace) -> int:
 
     plat = args.platform or platform_name()
     params = {k: getattr(args, k) for k in ("model", "dtype", "doc_tokens", "chat_context", "doc_max_tokens",
-                                            "chunk_size", "policy", "repeats", "rounds", "threads", "seed")}
+                                            "chunk_size", "policy", "repeats", "rounds", "threads", "seed", "settings")}
     print(f"[bench disagg] {args.model}: document {args.doc_tokens} tokens, chat context {args.chat_context}, "
-          f"{args.repeats} repeats x (single, disagg), {args.threads} OpenBLAS thread(s) per process; "
+          f"{args.repeats} repeats x {args.settings}, {args.threads} OpenBLAS thread(s) per process; "
           f"load {os.getloadavg()}", flush=True)
     res = run_study(model=args.model, dtype=args.dtype, doc_tokens=args.doc_tokens, chat_context=args.chat_context,
                     doc_max_tokens=args.doc_max_tokens, chunk_size=args.chunk_size, policy=args.policy,
-                    repeats=args.repeats, rounds=args.rounds, threads=args.threads, seed=args.seed)
+                    repeats=args.repeats, rounds=args.rounds, threads=args.threads, seed=args.seed,
+                    settings=args.settings)
     print(format_table(res), flush=True)
     path = save_results("disagg", res, platform=plat, folder=run_folder(plat, args.save), parameters=params)
     print(f"wrote {path}")

@@ -38,7 +38,10 @@ from typing import Dict, List, Optional, Sequence
 
 from mlxlab.studies.contention import AFTER_TOKENS, WARM_TOKENS, pct
 
-SETTINGS = ("single", "disagg")
+#: setting -> how it runs: on one engine (``local``), or disaggregated with mlx's ring threads waiting
+#: at idle priority (:class:`mlxlab.engine.disagg_wire.Comms`) or busy-polling as mlx leaves them
+SETTINGS = {"single": {"local": True, "busy_wait": False}, "disagg": {"local": False, "busy_wait": False},
+            "disagg-busywait": {"local": False, "busy_wait": True}}
 TIMEOUT_S = 600  # a launched run that takes longer is stopped (it hangs: a rank died mid-protocol)
 
 
@@ -78,10 +81,20 @@ def _worker_args(workload_path: Path, out: Path, model: str, dtype: str, policy:
             "--rounds", str(rounds)]
 
 
-def _run(cmd: List[str], env: dict, timeout_s: float, what: str) -> None:
+def _idle_launcher() -> None:
+    """In the launcher's process before it runs (Linux): ``SCHED_IDLE``. ``mlx.launch`` forwards
+    each rank's output on a thread whose ``select`` also waits for the rank's stdin to be
+    writable, which it always is, so the threads spin: 1.2 of this machine's 2 cores in a
+    disaggregated run. The ranks inherit the policy and set themselves back to ``SCHED_OTHER``
+    first thing (:func:`mlxlab.studies.disagg_worker.main`), which nice 0 allows (sched(7))."""
+    os.sched_setscheduler(0, os.SCHED_IDLE, os.sched_param(0))
+
+
+def _run(cmd: List[str], env: dict, timeout_s: float, what: str, idle: bool = False) -> None:
     try:
         done = subprocess.run(cmd, env=env, capture_output=True, text=True, timeout=timeout_s,
-                              cwd=str(Path(__file__).resolve().parents[2]))
+                              cwd=str(Path(__file__).resolve().parents[2]),
+                              preexec_fn=_idle_launcher if idle and hasattr(os, "SCHED_IDLE") else None)
     except subprocess.TimeoutExpired as e:
         raise RuntimeError(f"{what} ran past {timeout_s:.0f} s and was stopped; its output ended: "
                            f"{(e.stderr or b'')[-2000:]!r}") from None
@@ -91,10 +104,11 @@ def _run(cmd: List[str], env: dict, timeout_s: float, what: str) -> None:
 
 def launch(workload: List[dict], out: Path, *, model: str = "tiny", dtype: str = "float32", policy: str = "interleave",
            chunk_size: int = 512, rounds: int = 1, local: bool = False, threads: int = 1,
-           timeout_s: float = TIMEOUT_S) -> Dict[str, dict]:
+           busy_wait: bool = False, timeout_s: float = TIMEOUT_S) -> Dict[str, dict]:
     """Run ``workload`` in fresh processes: with ``local`` one engine (``local.json``), else the
     two ranks under ``mlx.launch --backend ring -n 2`` on loopback (``rank0.json``, ``rank1.json``)
-    at a free port pair; stopped after ``timeout_s``. Returns the files' contents by name."""
+    at a free port pair (``busy_wait``: mlx's ring threads left busy-polling); stopped after
+    ``timeout_s``. Returns the files' contents by name."""
     out = Path(out)
     out.mkdir(parents=True, exist_ok=True)
     wpath = out / "workload.json"
@@ -108,8 +122,9 @@ def launch(workload: List[dict], out: Path, *, model: str = "tiny", dtype: str =
     if not launcher.exists():
         raise RuntimeError(f"mlx.launch is not beside {sys.executable}: install mlx in this environment")
     port = free_port_pair()
+    cmd += ["--busy-wait"] if busy_wait else []
     _run([str(launcher), "--backend", "ring", "--hosts", "127.0.0.1", "-n", "2", "-p", str(port), "--"] + cmd,
-         env, timeout_s, "the disaggregated run (mlx.launch, ring backend)")
+         env, timeout_s, "the disaggregated run (mlx.launch, ring backend)", idle=True)
     return {f"rank{r}": json.loads((out / f"rank{r}.json").read_text()) for r in (0, 1)}
 
 
@@ -133,8 +148,14 @@ def contention_workload(vocab_size: int, chat_context: int, doc_tokens: int, doc
 
 
 def _busy(steps: List[dict], t0: float, t1: float) -> float:
-    """Seconds of ``steps`` inside [t0, t1]."""
-    return sum(max(0.0, min(s["end_s"], t1) - max(s["start_s"], t0)) for s in steps)
+    """Seconds inside [t0, t1] covered by at least one of ``steps`` (pipelined decode steps overlap:
+    a step's record ends when its tokens are read, after the next step was queued)."""
+    total, end = 0.0, t0
+    for a, b in sorted((max(s["start_s"], t0), min(s["end_s"], t1)) for s in steps):
+        if b > end:
+            total += b - max(a, end)
+            end = b
+    return total
 
 
 def run_figures(files: Dict[str, dict]) -> dict:
@@ -201,25 +222,28 @@ def summarize(runs: Dict[str, List[dict]]) -> dict:
 def run_study(*, model: str = "small", dtype: str = "float32", doc_tokens: int = 2048, chat_context: int = 256,
               doc_max_tokens: int = 8, chunk_size: int = 512, policy: str = "interleave", repeats: int = 3,
               rounds: int = 2, threads: int = 1, seed: int = 0, progress: bool = True,
-              timeout_s: float = TIMEOUT_S) -> dict:
-    """The study (module docstring): ``repeats`` x (single engine, disaggregated), each in fresh
-    processes of ``rounds`` rounds. Returns a JSON-ready dict: ``summary`` (:func:`summarize`),
+              settings: Sequence[str] = ("single", "disagg"), timeout_s: float = TIMEOUT_S) -> dict:
+    """The study (module docstring): ``repeats`` x ``settings`` (of :data:`SETTINGS`), each in
+    fresh processes of ``rounds`` rounds. Returns a JSON-ready dict: ``summary`` (:func:`summarize`),
     ``runs`` (setting -> every repeat's :func:`run_figures`), ``config``, ``load`` (``os.getloadavg``
     before each run: the shared machine's state) and ``wall_s``."""
     from mlxlab.core.presets import model_limits, preset_config
 
     vocab, _ = model_limits(preset_config(model))
     workload = contention_workload(vocab, chat_context, doc_tokens, doc_max_tokens, seed=seed)
-    runs: Dict[str, List[dict]] = {s: [] for s in SETTINGS}
+    bad = [x for x in settings if x not in SETTINGS]
+    if bad or not settings:
+        raise ValueError(f"unknown disaggregation setting(s) {bad or settings}; choose from {list(SETTINGS)}")
+    runs: Dict[str, List[dict]] = {s: [] for s in settings}
     load = []
     t0 = time.perf_counter()
     with tempfile.TemporaryDirectory(prefix="mlxlab-disagg-") as tmp:
         for rep in range(repeats):
-            for setting in SETTINGS:
+            for setting in settings:
                 load.append({"repeat": rep, "setting": setting, "loadavg": list(os.getloadavg())})
                 files = launch(workload, Path(tmp) / f"{setting}-{rep}", model=model, dtype=dtype, policy=policy,
-                               chunk_size=chunk_size, rounds=rounds, local=setting == "single", threads=threads,
-                               timeout_s=timeout_s)
+                               chunk_size=chunk_size, rounds=rounds, threads=threads, timeout_s=timeout_s,
+                               **SETTINGS[setting])
                 runs[setting].append(run_figures(files))
                 if progress:
                     r = runs[setting][-1]
@@ -231,7 +255,8 @@ def run_study(*, model: str = "small", dtype: str = "float32", doc_tokens: int =
                        "repeats": repeats, "rounds": rounds, "openblas_threads_per_process": threads,
                        "warm_tokens": WARM_TOKENS, "after_tokens": AFTER_TOKENS, "seed": seed,
                        "transport": "mx.distributed ring backend, send/recv, loopback (127.0.0.1)",
-                       "decode_policy": "interleave", "cpu_count": os.cpu_count()}}
+                       "decode_policy": "interleave", "cpu_count": os.cpu_count(), "settings": list(settings),
+                       "launcher": "mlx.launch at SCHED_IDLE (its output threads spin), ranks reset to SCHED_OTHER"}}
 
 
 def format_table(res: dict) -> str:

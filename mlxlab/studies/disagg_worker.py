@@ -30,6 +30,17 @@ def _threads() -> dict:
     return {k: os.environ.get(k) for k in ("OPENBLAS_NUM_THREADS", "OMP_NUM_THREADS", "MLX_RANK", "LD_PRELOAD")}
 
 
+def _normal_priority() -> str:
+    """Back to ``SCHED_OTHER`` if this process inherited ``SCHED_IDLE`` from its launcher (see
+    :func:`mlxlab.studies.disagg._idle_launcher`); returns the policy it started with."""
+    if not hasattr(os, "sched_getscheduler"):
+        return "unknown"
+    if os.sched_getscheduler(0) == os.SCHED_IDLE:
+        os.sched_setscheduler(0, os.SCHED_OTHER, os.sched_param(0))
+        return "idle (reset to other)"
+    return "other"
+
+
 def main(argv=None) -> int:
     p = argparse.ArgumentParser(prog="python -m mlxlab.studies.disagg_worker", description=__doc__)
     p.add_argument("--workload", required=True, help="JSON file: a list of requests (mlxlab.engine.disagg)")
@@ -43,6 +54,7 @@ def main(argv=None) -> int:
     p.add_argument("--busy-wait", action="store_true",
                    help="leave mlx's ring threads busy-polling at full priority while they wait (Comms)")
     args = p.parse_args(argv)
+    policy = _normal_priority()
 
     from mlxlab.engine import disagg
     from mlxlab.engine.models import load_model
@@ -82,6 +94,7 @@ def main(argv=None) -> int:
     doc = {"role": name, "blas": blas_in_use(), "model": args.model, "dtype": args.dtype, "policy": args.policy,
            "chunk_size": args.chunk_size, "env": _threads(), "seconds": time.perf_counter() - t_load, "init_s": t_init,
            "ring_threads_idle_wait": None if args.local else comms.idle_wait,
+           "started_scheduling": policy,
            "rounds": rounds}
     (out / f"{name}.json").write_text(json.dumps(doc))
     return 0
