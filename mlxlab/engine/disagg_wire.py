@@ -60,46 +60,66 @@ class Comms:
     mlx's ring backend serves each socket with a thread that **busy-polls** a non-blocking socket
     while a send or recv is pending (``SocketThread::worker`` in ``mlx/distributed/ring/ring.cpp``:
     ``recv`` in a loop on ``EAGAIN``), so a rank that waits for a message it does not know the time
-    of holds a CPU core the whole wait; on a 2-core machine the waiting decode worker took the
-    prefill worker's core (a 2048-token prefill on ``small`` ran ~4x slower than alone). So the
-    threads that ``mx.distributed.init`` starts (its socket threads and its pool; found as the
-    process's new threads, Linux) wait at ``SCHED_IDLE`` and run at ``SCHED_OTHER`` only while a
-    message's bytes are known to be on the way (:meth:`active`: a prompt's body once its header is
-    in, every send); an unprivileged thread may switch back from ``SCHED_IDLE`` at nice 0
-    (sched(7)). ``idle_wait=False`` leaves them as mlx made them (the busy-poll at full priority)."""
+    of holds a CPU core the whole wait: on a 2-core machine the waiting ranks took the computing
+    ones' cores. So the threads that ``mx.distributed.init`` starts (its socket threads and its
+    pool; found as the process's new threads, Linux) run on a duty cycle while they wait: at
+    ``SCHED_OTHER`` for ``awake_s`` out of every ``period_s`` and at ``SCHED_IDLE`` the rest
+    (SCHED_IDLE alone let a waiting recv starve for 0.8-1.3 s on the loaded machine), and at
+    ``SCHED_OTHER`` throughout while a message's bytes are known to be on the way (:meth:`active`:
+    a prompt's body once its header is in, every send). A wait then costs about
+    ``awake_s / period_s`` of a core and notices a message within about ``period_s``. An
+    unprivileged thread may switch back from ``SCHED_IDLE`` at nice 0 (sched(7)).
+    ``idle_wait=False`` leaves the threads as mlx made them (the busy-poll at full priority)."""
 
-    def __init__(self, backend: str = "ring", idle_wait: bool = True):
+    def __init__(self, backend: str = "ring", idle_wait: bool = True, period_s: float = 0.01, awake_s: float = 0.001):
         mx.eval(mx.zeros(1))  # the default stream's thread exists before init, so it is not taken for mlx's
         before = _tasks()
         self.group = mx.distributed.init(backend=backend, strict=True)
-        self.threads = sorted(_tasks() - before) if idle_wait else []
+        self.threads = sorted(_tasks() - before) if idle_wait and hasattr(os, "SCHED_IDLE") else []
         self.idle_wait = bool(self.threads)
-        self._lock, self._active = threading.Lock(), 0
-        self._policy(getattr(os, "SCHED_IDLE", None))
+        self.period_s, self.awake_s = float(period_s), float(awake_s)
+        self._lock, self._active, self._awake = threading.Lock(), 0, False
+        if self.idle_wait:
+            self._policy(os.SCHED_IDLE)
+            threading.Thread(target=self._duty_cycle, daemon=True, name="mlxlab-ring-duty").start()
 
     def _policy(self, policy) -> None:
-        if policy is None or not hasattr(os, "sched_setscheduler"):
-            return
         for tid in self.threads:
             try:
                 os.sched_setscheduler(tid, policy, os.sched_param(0))
-            except OSError:  # the thread ended, or the platform refuses: it keeps mlx's scheduling
+            except OSError:  # the thread ended, or the platform refuses: it keeps its scheduling
                 pass
+
+    def _duty_cycle(self) -> None:
+        while True:
+            with self._lock:
+                self._awake = True
+                if not self._active:
+                    self._policy(os.SCHED_OTHER)
+            time.sleep(self.awake_s)
+            with self._lock:
+                self._awake = False
+                if not self._active:
+                    self._policy(os.SCHED_IDLE)
+            time.sleep(self.period_s - self.awake_s)
 
     @contextmanager
     def active(self):
         """While the block runs, the ring's threads run at normal priority (nestable, any thread)."""
+        if not self.idle_wait:
+            yield
+            return
         with self._lock:
             self._active += 1
-            if self._active == 1:
-                self._policy(getattr(os, "SCHED_OTHER", None))
+            if self._active == 1 and not self._awake:
+                self._policy(os.SCHED_OTHER)
         try:
             yield
         finally:
             with self._lock:
                 self._active -= 1
-                if self._active == 0:
-                    self._policy(getattr(os, "SCHED_IDLE", None))
+                if self._active == 0 and not self._awake:
+                    self._policy(os.SCHED_IDLE)
 
 
 # ----------------------------------------------------------------------------- the wire

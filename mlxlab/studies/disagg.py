@@ -17,7 +17,9 @@ worker reads the first token, and as the prefill worker computed it), per prompt
 transfer seconds (the prefill worker's send start to the decode worker's receipt, one host clock),
 and throughput per device: every prompt and output token over the run's span (first arrival to
 last finish) and the number of processes, with each process's busy share (its steps' seconds over
-the span).
+the span), and the CPU seconds each process spent in the round (``time.process_time``: every
+thread's, mlx's ring threads too), which a machine shared with other work does not inflate as it
+inflates wall time.
 
 Importing this module loads no MLX: everything that does runs in the launched processes.
 """
@@ -180,9 +182,12 @@ def run_figures(files: Dict[str, dict]) -> dict:
            "tokens_per_s_per_device": tokens / (span1 - span0) / devices, "busy_share": busy,
            "gaps_ms": [round(1e3 * g, 3) for g in window], "chat_tokens": len(tt),
            "env": decode.get("env"), "blas": decode.get("blas")}
+    cpu = {"decode" if devices == 2 else "single": last["cpu_s"]}
+    out["cpu_s"] = cpu
     if devices == 2:
         pre = files["rank0"]["rounds"][-1]
         busy["prefill"] = _busy(pre["steps"], span0, span1) / (span1 - span0)
+        cpu["prefill"] = pre["cpu_s"]
         doc_pre = pre["requests"]["1"]
         out["doc_ttft_prefill_side_s"] = doc_pre["token_times_s"][0] - doc_pre["arrival_s"]
         out["transfers"] = {i: {**pre["sent"][i], **{k: v for k, v in last["received"][i].items()
@@ -191,6 +196,8 @@ def run_figures(files: Dict[str, dict]) -> dict:
         out["doc_transfer_s"] = last["received"]["1"]["transfer_s"]
         out["chat_kv_bytes"] = pre["sent"]["0"]["kv_bytes"]
         out["chat_transfer_s"] = last["received"]["0"]["transfer_s"]
+    out["cpu_s_total"] = sum(cpu.values())
+    out["tokens_per_cpu_s"] = tokens / out["cpu_s_total"]
     return out
 
 
@@ -203,7 +210,7 @@ def _stats(xs: Sequence[float]) -> dict:
 
 SUMMARY_KEYS = ("chat_itl_p50_ms", "chat_itl_p99_ms", "chat_worst_gap_ms", "chat_itl_before_doc_p50_ms", "doc_ttft_s",
                 "doc_ttft_prefill_side_s", "doc_kv_bytes", "doc_transfer_s", "chat_kv_bytes", "chat_transfer_s",
-                "tokens_per_s_per_device", "span_s")
+                "tokens_per_s_per_device", "span_s", "cpu_s_total", "tokens_per_cpu_s")
 
 
 def summarize(runs: Dict[str, List[dict]]) -> dict:
@@ -215,6 +222,7 @@ def summarize(runs: Dict[str, List[dict]]) -> dict:
         row = {k: _stats([r.get(k) for r in rs]) for k in SUMMARY_KEYS if any(k in r for r in rs)}
         row["pooled"] = {"chat_itl_p50_ms": pct(gaps, 50), "chat_itl_p99_ms": pct(gaps, 99), "gaps": len(gaps)}
         row["busy_share"] = {k: _stats([r["busy_share"][k] for r in rs]) for k in rs[0]["busy_share"]}
+        row["cpu_s"] = {k: _stats([r["cpu_s"][k] for r in rs]) for k in rs[0]["cpu_s"]}
         out[name] = row
     return out
 
@@ -272,7 +280,8 @@ def format_table(res: dict) -> str:
         lines.append(f"{name}: chat ITL p50 {cell(row, 'chat_itl_p50_ms')} ms, p99 {cell(row, 'chat_itl_p99_ms')} ms "
                      f"(pooled p99 {row['pooled']['chat_itl_p99_ms']:.1f}); doc TTFT "
                      f"{cell(row, 'doc_ttft_s', fmt='{:.3f}')} s; tokens/s/device "
-                     f"{cell(row, 'tokens_per_s_per_device', fmt='{:.0f}')}")
+                     f"{cell(row, 'tokens_per_s_per_device', fmt='{:.0f}')}; CPU s {cell(row, 'cpu_s_total')}, tokens per CPU s "
+                     f"{cell(row, 'tokens_per_cpu_s', fmt='{:.0f}')}")
         if "doc_kv_bytes" in row:
             lines.append(f"  doc KV {cell(row, 'doc_kv_bytes', 1 / 2**20, '{:.2f}')} MiB in "
                          f"{cell(row, 'doc_transfer_s', 1e3)} ms; chat KV {cell(row, 'chat_kv_bytes', 1 / 2**20, '{:.2f}')}"

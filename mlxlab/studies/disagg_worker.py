@@ -68,8 +68,10 @@ def main(argv=None) -> int:
         name = "local"
         for _ in range(args.rounds):
             eng = disagg.Engine(model, policy=args.policy, chunk_size=args.chunk_size)
+            c0 = time.process_time()
             reqs = disagg.run_local(eng, workload)
-            rounds.append({"requests": {i: _request(r) for i, r in reqs.items()}, "steps": _steps(eng)})
+            rounds.append({"requests": {i: _request(r) for i, r in reqs.items()}, "steps": _steps(eng),
+                           "cpu_s": time.process_time() - c0})
     else:
         comms = disagg.Comms("ring", idle_wait=not args.busy_wait)
         t_init = time.perf_counter() - t_load
@@ -78,7 +80,7 @@ def main(argv=None) -> int:
         rank = comms.group.rank()
         name = f"rank{rank}"
         for _ in range(args.rounds):
-            t_round = time.perf_counter()
+            t_round, c0 = time.perf_counter(), time.process_time()
             if rank == disagg.PREFILL_RANK:
                 res = disagg.run_prefill(lambda hand_off: disagg.PrefillEngine(
                     model, hand_off, policy=args.policy, chunk_size=args.chunk_size), workload, comms)
@@ -89,6 +91,7 @@ def main(argv=None) -> int:
                 rounds.append({"requests": {i: _request(r) for i, r in res["requests"].items()},
                                "received": res["received"], "steps": _steps(res["engine"])})
             rounds[-1]["round_s"] = time.perf_counter() - t_round
+            rounds[-1]["cpu_s"] = time.process_time() - c0  # every thread's, the ring's too
     from mlxlab.core.environment import blas_in_use
 
     doc = {"role": name, "blas": blas_in_use(), "model": args.model, "dtype": args.dtype, "policy": args.policy,
