@@ -181,7 +181,8 @@ def run_figures(files: Dict[str, dict]) -> dict:
            "span_s": span1 - span0, "tokens": tokens, "devices": devices,
            "tokens_per_s_per_device": tokens / (span1 - span0) / devices, "busy_share": busy,
            "gaps_ms": [round(1e3 * g, 3) for g in window], "chat_tokens": len(tt),
-           "env": decode.get("env"), "blas": decode.get("blas")}
+           "env": decode.get("env"), "blas": decode.get("blas"),
+           "ring_wait_duty_cycle_s": decode.get("ring_wait_duty_cycle_s")}
     cpu = {"decode" if devices == 2 else "single": last["cpu_s"]}
     out["cpu_s"] = cpu
     if devices == 2:

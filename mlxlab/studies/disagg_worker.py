@@ -98,6 +98,7 @@ def main(argv=None) -> int:
            "chunk_size": args.chunk_size, "env": _threads(), "seconds": time.perf_counter() - t_load, "init_s": t_init,
            "ring_threads_idle_wait": None if args.local else comms.idle_wait,
            "started_scheduling": policy,
+           "ring_wait_duty_cycle_s": None if args.local or not comms.idle_wait else [comms.awake_s, comms.period_s],
            "rounds": rounds}
     (out / f"{name}.json").write_text(json.dumps(doc))
     return 0
