@@ -131,3 +131,21 @@ def test_contention_workload_is_valid_and_chat_first():
     w = disagg.check_workload(contention_workload(1024, 20, 50))
     assert [r["tenant"] for r in w] == ["chat", "doc"] and w[1]["after"] == [0, 8] and w[0]["until"][0] == 1
     assert len(w[0]["prompt"]) == 20 and len(w[1]["prompt"]) == 50 and w[1]["max_tokens"] > 1
+
+
+def test_simulated_disaggregation_moves_every_prompt_and_keeps_the_chat_off_the_document():
+    from mlxlab.studies.disagg import contention_workload
+    from mlxlab.studies.disagg_sim import figures, kv_bytes_per_token, simulate_disagg, simulate_single
+
+    work = contention_workload(1024, 64, 600)
+    line = {"latency_s": 0.001, "s_per_byte": 1e-9}
+    single = figures(simulate_single("cpu-small", work, model="tiny", chunk_size=128))
+    reqs, moves = simulate_disagg("cpu-small", work, model="tiny", transfer=line, chunk_size=128)
+    split = figures(reqs)
+    assert moves[1]["bytes"] == 600 * kv_bytes_per_token("tiny") == 600 * 4 * 2 * 64 * 2 * 4
+    assert moves[1]["transfer_s"] == pytest.approx(0.001 + moves[1]["bytes"] * 1e-9)
+    # read between the decode worker's steps: at its arrival or within the step it came in
+    assert moves[1]["arrives_s"] <= reqs[1].token_times_s[0] <= moves[1]["arrives_s"] + max(reqs[0].itl_s)
+    assert reqs[0].finish_reason == "cancelled" and len(reqs[1].output_tokens) == work[1]["max_tokens"]
+    # the chat decodes on its own worker: no gap of the window holds a prefill chunk
+    assert split["chat_itl_p99_ms"] < single["chat_itl_p99_ms"]

@@ -33,6 +33,10 @@ def register_bench(bsub: argparse._SubParsersAction) -> None:
                     help="what runs, in this order within each repeat (disagg-busywait: mlx's ring threads left "
                          "busy-polling while they wait)")
     bd.add_argument("--platform", default=None, help="results folder name (None: detected)")
+    bd.add_argument("--simulate", nargs="?", const="", default=None, metavar="JSON",
+                    help="run nothing: simulate the measured disagg.json (default: the committed one) on --profile, "
+                         "one engine and the two workers with its fitted KV transfer, and write disagg_sim.json")
+    bd.add_argument("--profile", default="cpu-small", help="the simulator's cost profile (with --simulate)")
     add_save_argument(bd)
     bd.set_defaults(func=cli_bench_disagg)
 
@@ -45,6 +49,8 @@ def cli_bench_disagg(args: argparse.Namespace) -> int:
     from mlxlab.studies.disagg import format_table, run_study
 
     plat = args.platform or platform_name()
+    if args.simulate is not None:
+        return _simulate(args, plat)
     params = {k: getattr(args, k) for k in ("model", "dtype", "doc_tokens", "chat_context", "doc_max_tokens",
                                             "chunk_size", "policy", "repeats", "rounds", "threads", "seed", "settings")}
     print(f"[bench disagg] {args.model}: document {args.doc_tokens} tokens, chat context {args.chat_context}, "
@@ -57,4 +63,25 @@ def cli_bench_disagg(args: argparse.Namespace) -> int:
     print(format_table(res), flush=True)
     path = save_results("disagg", res, platform=plat, folder=run_folder(plat, args.save), parameters=params)
     print(f"wrote {path}")
+    return 0
+
+
+def _simulate(args: argparse.Namespace, plat: str) -> int:
+    import json
+    from pathlib import Path
+
+    from mlxlab.core.results import results_dir, run_folder, save_results
+    from mlxlab.studies.disagg_sim import validate
+
+    path = Path(args.simulate) if args.simulate else results_dir(plat) / "disagg.json"
+    if not path.is_file():
+        raise SystemExit(f"no measured results at {path}: run mlxlab bench disagg first (or name the file)")
+    res = validate(json.loads(path.read_text()), profile=args.profile)
+    res["measured_file"] = path.name
+    for name, row in res["settings"].items():
+        print(name + ": " + "; ".join(f"{k} sim {v['simulated']:.4g} / measured {v['measured']:.4g}"
+                                       for k, v in row.items() if v["measured"] is not None))
+    out = save_results("disagg_sim", res, platform=plat, folder=run_folder(plat, args.save),
+                       parameters={"measured": path.name, "profile": args.profile})
+    print(f"wrote {out}")
     return 0
