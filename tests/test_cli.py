@@ -12,7 +12,7 @@ import pytest
 from mlxlab.cli import build_parser, main
 
 ROOT = Path(__file__).resolve().parent.parent
-EXPECTED = {"bench", "bench engine", "bench contention", "bench scheduling", "bench speculation", "bench serve", "reproduce",
+EXPECTED = {"bench", "bench engine", "bench contention", "bench disagg", "bench scheduling", "bench speculation", "bench serve", "reproduce",
             "paper", "profile", "validate-sim", "seed-scale", "train-tiny", "serve"}
 
 

@@ -37,9 +37,11 @@ def register(sub: argparse._SubParsersAction) -> None:
     _add_bench_contention(bsub.add_parser(
         "contention", help="a chat streaming while a long document prefills: engine settings vs BatchGenerator",
         formatter_class=argparse.ArgumentDefaultsHelpFormatter))
+    from mlxlab.cli.disagg import register_bench as register_disagg  # bench disagg: its own module
     from mlxlab.cli.serve import register_bench  # bench serve lives beside serve
 
     register_bench(bsub)
+    register_disagg(bsub)
     sp = bsub.add_parser("speculation", help="speculative decoding with the trained byte-level pair")
     add_speculate_arguments(sp)
     sp.set_defaults(func=cli_speculate)

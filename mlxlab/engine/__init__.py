@@ -7,7 +7,9 @@
 * ``fused``: a decode step and prefill chunks in one packed forward;
 * ``warmup``, ``kvquant``, ``prefix_cache``, ``speculative``, ``models``: warm-up, quantized KV,
   prefix reuse, draft-then-verify decoding, model loading;
-* ``baseline``: mlx-lm's own ``BatchGenerator`` behind the same executor interface.
+* ``baseline``: mlx-lm's own ``BatchGenerator`` behind the same executor interface;
+* ``disagg``, ``disagg_wire``: a prefill worker and a decode worker in two processes over
+  ``mx.distributed`` (the KV of each prefilled prompt sent to the decode batch).
 """
 
 import warnings
