@@ -112,3 +112,17 @@ def test_profile_spread_compares_the_simulations_on_each_profile():
     assert "spread median" in format_spread(res)
     with pytest.raises(ValueError, match="two or more"):
         profile_spread({"a": CM}, cfg, {}, (), 128)
+
+
+def test_compare_periods_names_the_kinds_of_step_where_the_clocks_part():
+    from mlxlab.studies.sim_scoring import compare_periods
+
+    res = {"periods": {"w/p": {"engine": {"decode b1": {"median_s": 0.015, "n": 10}, "mixed b1": {"median_s": 0.5, "n": 4},
+                                          "prefill b0": {"median_s": 0.3, "n": 1}},
+                               "sim": {"decode b1": {"median_s": 0.012, "n": 10}, "mixed b1": {"median_s": 0.5, "n": 4},
+                                       "prefill b0": {"median_s": 0.3, "n": 1}}}}}
+    rows = compare_periods(res)
+    assert [r["kind"] for r in rows] == ["decode b1", "mixed b1"]  # prefill b0: too few
+    assert rows[0]["ratio"] == pytest.approx(0.8) and rows[1]["ratio"] == pytest.approx(1.0)
+    total = 0.015 * 10 + 0.5 * 4 + 0.3
+    assert rows[1]["share"] == pytest.approx(2.0 / total)
