@@ -86,12 +86,14 @@ def test_the_heldout_chart_has_a_panel_per_metric_and_the_engine_range():
     from mlxlab.studies.sim_charts import heldout_chart
 
     rows = [{"workload": f"heldout-1-{i}", "policy": p, "tenant": t, "metric": m, "engine": 1.0, "sim": 1.0 + 0.01 * i,
-             "engine_runs": [0.95, 1.0, 1.04]}
+             "engine_runs": [0.95, 1.0, 1.04], "noise": 0.05 if i < 2 else 3.0}
             for i, p in enumerate(HELDOUT_POLICIES) for t in ("chat", "doc") for m in ("ttft_p50_s", "itl_p50_s")]
     spec = heldout_chart(rows).to_dict()
     assert spec["facet"]["column"]["field"] == "metric"
     data = next(iter(spec["datasets"].values()))
-    assert len(data) == len(rows) and all(d["lo"] == pytest.approx(-5.0) for d in data)
+    assert len(data) == len(rows)
+    assert {(d["lo"], d["hi"]) for d in data if d["policy"] != HELDOUT_POLICIES[2]} == {(-5.0, 5.0)}
+    assert {(d["lo"], d["hi"]) for d in data if d["policy"] == HELDOUT_POLICIES[2]} == {(-12.0, 12.0)}  # cut
     assert sorted({round(d["err"], 6) for d in data}) == [0.0, 1.0, 2.0]
 
 
