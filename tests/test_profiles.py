@@ -18,7 +18,7 @@ from mlxlab.sim.measure import profile_device
 from mlxlab.sim.profiles import cost_model_from_dict, load_profile, save_profile
 from mlxlab.sim.published import SEED001_NAME, seed001_cost_model, seed001_profile
 
-GRID = dict(prefill_tokens=(16, 64), contexts=(0, 128), decode_batches=(1, 2), decode_contexts=(16, 128), repeats=1,
+GRID = dict(prefill_tokens=(16, 64), contexts=(0, 128), decode_batches=(1, 2), decode_contexts=(16, 128), repeats=2,
             fill_chunk=64)
 
 
@@ -48,16 +48,17 @@ def test_a_measured_profile_has_every_kind_of_step(measured):
     assert {bool(r.get("join_tokens")) for r in rebatch} == {True, False}  # the join of 2 rows, the drop to 1
     # the join group: a 16-token row decodes beside a 128-token one that joined it, reading the
     # long row's width (2 x 129 and up) with its left padding; the join and the drop each timed
-    # in a decode-only step and in a packed one
+    # in a decode-only step and in a packed one, once per repeat (single steps: each cell a median)
     beside = [r for r in prof["records"] if r.get("cell") == "decode b2 decode c16+128"]
     assert beside and all(r["decode_kv_tokens"] >= 2 * 129 > r["decode_context_tokens"] for r in beside)
     cells = {r.get("cell") for r in prof["records"]}
     for case, kind in (("decode", "rebatch"), ("packed", "join_chunk")):
         joins = [r for r in prof["records"] if r.get("cell") == f"join {case} c16+128"]
         drops = [r for r in prof["records"] if r.get("cell") == f"drop {case} c16+128"]
-        assert [(r["kind"], r["joined"], r["decode_batch"], r["join_tokens"]) for r in joins] == [(kind, 1, 2, 256)]
-        assert [(r["kind"], r["dropped"], r["decode_batch"]) for r in drops] == [(kind, 1, 1)]
+        assert [(r["kind"], r["joined"], r["decode_batch"], r["join_tokens"]) for r in joins] == [(kind, 1, 2, 256)] * 2
+        assert [(r["kind"], r["dropped"], r["decode_batch"]) for r in drops] == [(kind, 1, 1)] * 2
         assert f"start {case} c16+128" in cells
+        assert {c["n"] for c in prof["cells"] if c["cell"] in (f"join {case} c16+128", f"start {case} c16+128")} == {2}
     assert prof["grid"]["join_contexts"] == [128]
     assert prof["skipped"] == []
 

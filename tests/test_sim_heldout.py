@@ -86,12 +86,14 @@ def test_the_heldout_chart_has_a_panel_per_metric_and_the_engine_range():
     from mlxlab.studies.sim_charts import heldout_chart
 
     rows = [{"workload": f"heldout-1-{i}", "policy": p, "tenant": t, "metric": m, "engine": 1.0, "sim": 1.0 + 0.01 * i,
-             "engine_runs": [0.95, 1.0, 1.04]}
+             "engine_runs": [0.95, 1.0, 1.04], "noise": 0.05 if i < 2 else 3.0}
             for i, p in enumerate(HELDOUT_POLICIES) for t in ("chat", "doc") for m in ("ttft_p50_s", "itl_p50_s")]
     spec = heldout_chart(rows).to_dict()
     assert spec["facet"]["column"]["field"] == "metric"
     data = next(iter(spec["datasets"].values()))
-    assert len(data) == len(rows) and all(d["lo"] == pytest.approx(-5.0) for d in data)
+    assert len(data) == len(rows)
+    assert {(d["lo"], d["hi"]) for d in data if d["policy"] != HELDOUT_POLICIES[2]} == {(-5.0, 5.0)}
+    assert {(d["lo"], d["hi"]) for d in data if d["policy"] == HELDOUT_POLICIES[2]} == {(-12.0, 12.0)}  # cut
     assert sorted({round(d["err"], 6) for d in data}) == [0.0, 1.0, 2.0]
 
 
@@ -112,3 +114,17 @@ def test_profile_spread_compares_the_simulations_on_each_profile():
     assert "spread median" in format_spread(res)
     with pytest.raises(ValueError, match="two or more"):
         profile_spread({"a": CM}, cfg, {}, (), 128)
+
+
+def test_compare_periods_names_the_kinds_of_step_where_the_clocks_part():
+    from mlxlab.studies.sim_scoring import compare_periods
+
+    res = {"periods": {"w/p": {"engine": {"decode b1": {"median_s": 0.015, "n": 10}, "mixed b1": {"median_s": 0.5, "n": 4},
+                                          "prefill b0": {"median_s": 0.3, "n": 1}},
+                               "sim": {"decode b1": {"median_s": 0.012, "n": 10}, "mixed b1": {"median_s": 0.5, "n": 4},
+                                       "prefill b0": {"median_s": 0.3, "n": 1}}}}}
+    rows = compare_periods(res)
+    assert [r["kind"] for r in rows] == ["decode b1", "mixed b1"]  # prefill b0: too few
+    assert rows[0]["ratio"] == pytest.approx(0.8) and rows[1]["ratio"] == pytest.approx(1.0)
+    total = 0.015 * 10 + 0.5 * 4 + 0.3
+    assert rows[1]["share"] == pytest.approx(2.0 / total)

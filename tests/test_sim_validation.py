@@ -95,6 +95,7 @@ def test_validation_on_tiny_scores_every_row_by_the_noise_derived_rule(tiny, tmp
     assert [r["sim"] for r in again["table"]] == pytest.approx([r["sim"] for r in rows], rel=1e-9)
     assert [r["sim_saved"] for r in again["table"]] == [r["sim"] for r in rows]
     assert [r["sim"] for r in again["heldout"]["table"]] == pytest.approx([r["sim"] for r in hrows], rel=1e-9)
+    assert again["periods"][hkey] == json.loads(json.dumps(res["periods"][hkey]))  # the same simulation
     # and through the command line: `mlxlab validate-sim --rescore FILE` writes FILE_rescored.json
     src = tmp_path / "sim_validation.json"
     src.write_text(json.dumps(saved))

@@ -141,6 +141,9 @@ def _add_validate(parser: argparse.ArgumentParser) -> None:
                         help="simulate the standard workloads (and --held-out cases) on each of these saved profiles "
                              "of one machine and print how far apart the simulations are (no engine runs; a "
                              "preset --model for its limits); writes profile_spread.json into a new run folder")
+    parser.add_argument("--steps", default=None, metavar="JSON",
+                        help="print the step-level comparison of a saved validation (each run's median step period "
+                             "by kind, engine against simulator) and stop")
     parser.add_argument("--sentinel-tokens", type=int, default=24,
                         help="output tokens of the lone chat run before each profile share and engine run "
                              "(its ITL tracks the machine's speed); 0 for none")
@@ -159,6 +162,13 @@ def cli_validate(args: argparse.Namespace) -> int:
         return _rescore(args)
     if args.profile_spread:
         return _profile_spread(args)
+    if args.steps:
+        from mlxlab.studies.sim_scoring import compare_periods
+
+        for r in compare_periods(json.loads(Path(args.steps).read_text())):
+            print(f"{r['run']:28s} {r['kind']:18s} engine {r['engine_s'] * 1e3:8.2f} ms  sim {r['sim_s'] * 1e3:8.2f} ms"
+                  f"  sim/engine {r['ratio']:5.2f}  n {r['n']:4d}  {r['share']:4.0%} of the run")
+        return 0
     from mlxlab.engine.models import load_model  # MLX: only once the command runs
     from mlxlab.studies.sim_validation import (  # MLX, as above
         validate_simulator,

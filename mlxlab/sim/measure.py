@@ -63,7 +63,8 @@ def profile_device(model, *, prefill_tokens: Sequence[int] = PROFILE_DEFAULTS["p
         join_contexts: prompt lengths of the long rows that join a short row's decode
             (:class:`mlxlab.sim.cells.JoinCase`; default: the longest decode context; ``()``
             for none).
-        repeats: timed chunks per (size, context); decode steps per (batch, context) are
+        repeats: timed chunks per (size, context), and runs of each join case (a row's start, a
+            join, a drop: one step each per run); decode steps per (batch, context) are
             ``max(10, 2 * repeats + 4)``, of which the first two are dropped (see the module docstring).
         fill_chunk: chunk size that builds contexts (those steps are recorded too).
         mixed: also time decode + chunk steps.
@@ -98,11 +99,12 @@ def profile_device(model, *, prefill_tokens: Sequence[int] = PROFILE_DEFAULTS["p
         decode_group(bench, c, decode_batches)
         say(f"[profile] decode context {c}, batches {sorted(set(decode_batches))} ({time.perf_counter() - t0:.1f} s)")
     cases = ["decode"] + (["packed" if bench.packed else "mixed"] if mixed else [])
-    for c in joins:
-        t0 = time.perf_counter()
-        for case in cases:
-            JoinCase(bench, c, case).run()
-        say(f"[profile] joins at context {c}, {cases} ({time.perf_counter() - t0:.1f} s)")
+    for r in range(repeats):  # a join case's cells are single steps: repeated, so each cell is a median
+        for c in joins:
+            t0 = time.perf_counter()
+            for case in cases:
+                JoinCase(bench, c, case).run()
+            say(f"[profile] joins at context {c}, {cases}, repeat {r + 1}/{repeats} ({time.perf_counter() - t0:.1f} s)")
     if measure_overhead:
         overhead_run(bench, seed)
     grid = {"prefill_tokens": list(bench.prefill_tokens), "contexts": contexts,

@@ -166,6 +166,27 @@ def periods(*runs: List[dict]) -> Dict[str, dict]:
     return {k: {"median_s": float(np.median(v)), "n": len(v)} for k, v in sorted(by.items())}
 
 
+def compare_periods(result: dict, *, min_n: int = 3) -> List[dict]:
+    """The step-level comparison of the two clocks: for every run of a validation
+    (``result["periods"]``) and every kind of step (phase, decode batch, batch change) both sides
+    ran at least ``min_n`` times, the engine's and the simulator's median period, their ratio
+    ``sim / engine`` and the time the kind takes in the engine's run (``share``: its periods'
+    median times their count, over the run's total): where the simulator's clock runs fast or
+    slow, and how much of the run that is."""
+    out = []
+    for run, sides in result.get("periods", {}).items():
+        eng, sim = sides["engine"], sides["sim"]
+        total = sum(v["median_s"] * v["n"] for v in eng.values()) or 1.0
+        for kind in sorted(set(eng) & set(sim)):
+            e, s_ = eng[kind], sim[kind]
+            if min(e["n"], s_["n"]) < min_n or e["median_s"] <= 0:
+                continue
+            out.append({"run": run, "kind": kind, "engine_s": e["median_s"], "sim_s": s_["median_s"],
+                        "ratio": s_["median_s"] / e["median_s"], "n": e["n"],
+                        "share": e["median_s"] * e["n"] / total})
+    return out
+
+
 def profile_shares(records: Sequence[dict]) -> List[List[dict]]:
     """A validation's profile records split into the shares it measured, one per repeat: by their
     ``share`` field, or (files written before it) wherever the first record's cell comes round
@@ -226,28 +247,37 @@ def rescore_validation(result, *, log: Optional[Callable[[str], None]] = None) -
     cms = [fit_cost_model(cell_medians(share), source=f"profile share {i + 1}, fitted again")
            for i, share in enumerate(profile_shares(prof["records"]))]
     saved = {(r["workload"], r["policy"], r["tenant"], r["metric"]): r for r in result["table"]}
-    rows = []
+    rows, period_tables = [], {}
     for wname, wconf in cfg["workloads"].items():
         wl = Workload.from_config(wconf)
         for p in cfg["policies"]:
-            sims = [run_workload(Simulator(c, policy=p, chunk_size=cfg["chunk_size"], vocab_size=wl.vocab_size,
-                                           max_context=wl.max_context or DEFAULT_MAX_CONTEXT,
-                                           **(cfg.get("policy_options") or {}).get(p, {})), wl).summary
-                    for c in cms]
+            res = [run_workload(Simulator(c, policy=p, chunk_size=cfg["chunk_size"], vocab_size=wl.vocab_size,
+                                          max_context=wl.max_context or DEFAULT_MAX_CONTEXT,
+                                          **(cfg.get("policy_options") or {}).get(p, {})), wl) for c in cms]
+            sims = [r.summary for r in res]
+            _rescored_periods(result, period_tables, f"{wname}/{p}", res)
             say(f"[rescore] {wname} {p}: {len(sims)} shares")
             rows += _rescored_rows(saved, wname, p, sims)
     order = {k: i for i, k in enumerate(saved)}
     rows.sort(key=lambda r: order[(r["workload"], r["policy"], r["tenant"], r["metric"])])
     out = {"source": source, "table": rows, "summary": summarize(rows), "rule": result.get("rule"),
-           "coefficients": [coefficients(c) for c in cms], "config": cfg}
+           "coefficients": [coefficients(c) for c in cms], "config": cfg, "periods": period_tables}
     if result.get("heldout"):
-        out["heldout"] = _rescored_heldout(result["heldout"], cms, cfg, say)
+        out["heldout"] = _rescored_heldout(result, cms, cfg, say, period_tables)
     return out
 
 
-def _rescored_heldout(held: dict, cms: list, cfg: dict, say: Callable[[str], None]) -> dict:
+def _rescored_periods(result: dict, tables: dict, run: str, sims: list) -> None:
+    """The periods of a rescored run: the engine's as saved, the simulator's from its new runs."""
+    eng = (result.get("periods") or {}).get(run, {}).get("engine")
+    if eng is not None:
+        tables[run] = {"engine": eng, "sim": periods(*[r.timeline.to_dict("records") for r in sims])}
+
+
+def _rescored_heldout(result: dict, cms: list, cfg: dict, say: Callable[[str], None], period_tables: dict) -> dict:
     """The held-out cases of a saved validation again: each rebuilt from its spec, the simulator
     rerun on every refitted share, the engine's side as saved."""
+    held = result["heldout"]
     vocab = next(iter(cfg["workloads"].values()))["vocab_size"]
     max_ctx = next(iter(cfg["workloads"].values())).get("max_context") or DEFAULT_MAX_CONTEXT
     saved = {(r["workload"], r["policy"], r["tenant"], r["metric"]): r for r in held["table"]}
@@ -255,8 +285,10 @@ def _rescored_heldout(held: dict, cms: list, cfg: dict, say: Callable[[str], Non
     for d in held["cases"]:
         case = HeldOutCase.from_dict(d)
         wl = case.workload(vocab)
-        sims = [run_workload(Simulator(c, policy=case.policy, chunk_size=case.chunk_size, vocab_size=vocab,
-                                       max_context=max_ctx, **case.options), wl).summary for c in cms]
+        res = [run_workload(Simulator(c, policy=case.policy, chunk_size=case.chunk_size, vocab_size=vocab,
+                                      max_context=max_ctx, **case.options), wl) for c in cms]
+        sims = [r.summary for r in res]
+        _rescored_periods(result, period_tables, f"{case.name}/{case.policy}", res)
         say(f"[rescore] {case.name} {case.policy}: {len(sims)} shares")
         rows += _rescored_rows(saved, case.name, case.policy, sims)
     order = {k: i for i, k in enumerate(saved)}
