@@ -435,3 +435,21 @@ def test_serve_verdict_decides_on_the_worst_itl_p99_ratio_and_reports_the_added_
     (bad,) = serve_verdicts({"a": res(1.6)})
     assert bad["verdict"] == "not reproduced" and bad["measured"]["worst"] == 1.6
     assert serve_verdicts({})[0]["verdict"] == "not measured"
+
+
+def test_bench_serve_rescore_decides_a_saved_file_again_in_place(tmp_path):
+    """--rescore adds the verdicts and rescored_by and keeps the measurements as they were."""
+    import json
+
+    from mlxlab.cli import main as cli_main
+
+    row = {"ratios": {"itl_p99_ms": 1.7}, "http": {"ttft_p50_ms": 12.0}, "in_process": {"ttft_p50_ms": 10.0},
+           "same_tokens": True}
+    doc = {"environment": {"commit": "abc"}, "presets": {"tiny": {"streams": {"1": row}}}}
+    path = tmp_path / "serve_overhead.json"
+    path.write_text(json.dumps(doc))
+    assert cli_main(["bench", "serve", "--rescore", str(path)]) == 0
+    out = json.loads(path.read_text())
+    assert out["verdicts"][0]["verdict"] == "not reproduced" and out["verdicts"][0]["measured"]["worst"] == 1.7
+    assert out["presets"] == doc["presets"] and out["environment"] == doc["environment"]
+    assert "serve_verdicts" in out["rescored_by"]["what"] and "commit" in out["rescored_by"]

@@ -187,18 +187,12 @@ def cli_bench_contention(args: argparse.Namespace) -> int:
 
 def _rescore_contention(path: Path, args: argparse.Namespace) -> int:
     """``--rescore``: the saved file's verdicts decided again from its stored runs, in place."""
-    import datetime as _dt
-
-    from mlxlab.core.results import _git_commit, _git_dirty, dumps
+    from mlxlab.core.results import rescore_verdicts_in_place
     from mlxlab.studies.contention_verdict import verdicts
 
-    doc = json.loads(path.read_text())
-    doc["verdicts"] = verdicts(doc["presets"])
-    doc["rescored_by"] = {"commit": _git_commit(), "dirty": _git_dirty(),
-                          "at": _dt.datetime.now(_dt.timezone.utc).isoformat(timespec="seconds"),
-                          "what": "verdicts decided again from the stored runs by mlxlab.studies.contention_verdict; "
-                                  "no run was repeated"}
-    path.write_text(dumps(doc) + "\n")
+    doc = rescore_verdicts_in_place(path, lambda d: verdicts(d["presets"]),
+                                    "verdicts decided again from the stored runs by "
+                                    "mlxlab.studies.contention_verdict; no run was repeated")
     plat = args.platform or path.parent.name
     figures = _contention_figure(doc["presets"], path.stem, plat, None if args.save else run_folder(plat, False))
     for v in doc["verdicts"]:

@@ -86,6 +86,20 @@ def _git_dirty() -> Optional[bool]:
     return None if out is None else bool(out.strip())
 
 
+def rescore_verdicts_in_place(path: Union[str, Path], decide, what: str) -> dict:
+    """A saved results file's ``verdicts`` decided again by ``decide(doc)`` (a list of verdict
+    records) and written back in place, with ``rescored_by`` (this code's commit, dirty flag,
+    time and ``what`` was done); the measurements and the run's ``environment`` stay as they
+    were. Returns the document."""
+    path = Path(path)
+    doc = json.loads(path.read_text())
+    doc["verdicts"] = decide(doc)
+    doc["rescored_by"] = {"commit": _git_commit(), "dirty": _git_dirty(),
+                          "at": _dt.datetime.now(_dt.timezone.utc).isoformat(timespec="seconds"), "what": what}
+    path.write_text(dumps(jsonable(doc)) + "\n")
+    return doc
+
+
 def command_line(argv: Sequence[str]) -> Optional[list]:
     """The command that wrote a result, without this machine's paths: the program's file name,
     then the arguments with the checkout's own path made relative. None inside a notebook kernel,

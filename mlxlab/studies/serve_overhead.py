@@ -206,18 +206,9 @@ def serve_verdicts(presets: Dict[str, dict]) -> List[dict]:
 
 def rescore_file(path) -> List[dict]:
     """Decide the verdicts of a saved ``serve_overhead.json`` again, in place (nothing re-run)."""
-    import datetime as _dt
-    import json
-    from pathlib import Path
+    from mlxlab.core.results import rescore_verdicts_in_place
 
-    from mlxlab.core.results import _git_commit, _git_dirty, dumps
-
-    path = Path(path)
-    doc = json.loads(path.read_text())
-    doc["verdicts"] = serve_verdicts(doc["presets"])
-    doc["rescored_by"] = {"commit": _git_commit(), "dirty": _git_dirty(),
-                          "at": _dt.datetime.now(_dt.timezone.utc).isoformat(timespec="seconds"),
-                          "what": "verdicts decided from the stored summaries by "
-                                  "mlxlab.studies.serve_overhead.serve_verdicts; nothing was re-run"}
-    path.write_text(dumps(doc) + "\n")
+    doc = rescore_verdicts_in_place(path, lambda d: serve_verdicts(d["presets"]),
+                                    "verdicts decided from the stored summaries by "
+                                    "mlxlab.studies.serve_overhead.serve_verdicts; nothing was re-run")
     return doc["verdicts"]
