@@ -54,7 +54,8 @@ class SLOChunking(Policy):
     ``data/results/h200/scheduling_slo.json``), and the choice the model makes varies from step
     to step, so every step meets new (query, key) shapes and pays mlx CUDA's first-use cost for
     them (cuDNN attention graphs, about 50 ms each), which put slo with its defaults at 12-23x the
-    chat's solo ITL p99 and 10-14x the document's TTFT (``data/results/h200/contention.json``), behind
+    chat's solo ITL p99 and 10-14x the document's TTFT
+    (``data/results/h200/contention_before_slo_overlap.json``), behind
     every fixed setting. Running the prefill on a stream of its own beside the decode steps kept
     the chat within 0.9-4.1x (llama-3.2-1b the highest) at 1.1-1.4x the document's TTFT. So :attr:`side_prefill` asks an
     engine left to choose (``Engine(overlap=None)``) on a GPU for that mode, layers pipelined and
