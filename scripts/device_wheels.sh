@@ -29,7 +29,16 @@ GROUPS = {
     "serve": ["starlette", "uvicorn", "sse-starlette", "openai"],
     "notebooks": ["papermill", "nbformat", "nbclient", "nbconvert", "ipykernel", "jupyter-client", "altair",
                   "vl-convert-python"],
+    # the notebooks on the GPU machine: no vl-convert (32 MiB) and no nbconvert; figures come back as
+    # Vega-Lite specs and executed notebooks as .ipynb, rendered here (`mlxlab figures render`)
+    "notebooks-gpu": ["papermill", "nbformat", "nbclient", "ipykernel", "jupyter-client", "altair", "ipywidgets",
+                      "anywidget"],
 }
+# Needs a group's packages declare but never import on a headless run, left out to fit a call's
+# 64 MiB: ipykernel imports debugpy only when it is there (its debugger is off without it), IPython
+# finds jedi (and jedi parso) only for tab completion, and widgetsnbextension is the classic
+# Notebook's front end of ipywidgets (papermill has none). 10.5 MiB together.
+SKIP = {"notebooks-gpu": {"debugpy", "jedi", "parso", "widgetsnbextension"}}
 # The GPU image's Python packages ("Python packages already there" in ../.library/device/KINDS.md,
 # as read on 2026-11-17): never fetched.
 IMAGE = """absl-py accelerate aiofiles aiohappyeyeballs aiohttp aiosignal annotated-doc anyio attrs botorch build
@@ -109,7 +118,7 @@ for group in sys.argv[1:]:
     todo, seen, files = list(GROUPS[group]), set(), []
     while todo:
         name = norm(todo.pop(0))
-        if name in seen or name in image:
+        if name in seen or name in image or name in SKIP.get(group, ()):
             continue
         seen.add(name)
         wheel = fetch(name)

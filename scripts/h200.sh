@@ -20,7 +20,7 @@ if ls .whl/*.whl >/dev/null 2>&1; then
 fi
 python3 -c 'import mlx.core as mx; print("mlx", mx.__version__, mx.default_device(), mx.device_info().get("device_name"))'
 python3 -m mlxlab.cli "$@"
-if [ -n "${OUT:-}" ]; then
+if [ -n "${OUT:-}" ] && [ "${1:-}" != campaign ]; then  # a campaign packs its own archive into $OUT
   # with its folders: a run folder comes back as $OUT/h200/runs/TIME/, the committed files as $OUT/h200/NAME
   mkdir -p "$OUT/h200"
   if [ -d data/results/h200 ]; then

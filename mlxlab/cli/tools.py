@@ -43,10 +43,30 @@ def register(sub: argparse._SubParsersAction) -> None:
     rp.add_argument("--param", action="append", default=[], metavar="KEY=VALUE",
                     help="a notebook parameter (value read as YAML: 4, null, [1, 2]); repeatable")
     rp.add_argument("--no-html", action="store_true", help="after a full run, do not export the notebooks to HTML")
+    rp.add_argument("--out-dir", type=Path, default=None, help="folder of the executed copies (default: build/notebooks/)")
+    rp.add_argument("--out-name", default=None, help="file name of the executed copy (one notebook only)")
     rp.add_argument("--save", action="store_true",
                     help="a full run replaces the committed results and figures (see above); default: a new "
                          "run folder data/results/PLATFORM/runs/TIME/")
     rp.set_defaults(func=cli_reproduce)
+
+    cp = sub.add_parser("campaign", help="a platform's full notebook runs split across device calls (plan, run, collect)",
+                        description=(__import__("mlxlab.notebook.campaign", fromlist=["x"]).__doc__ or ""),
+                        formatter_class=argparse.RawDescriptionHelpFormatter)
+    csub = cp.add_subparsers(dest="campaign_cmd", required=True)
+    c1 = csub.add_parser("plan", help="the entries, what the log says of each, and the pending ones split into calls")
+    c2 = csub.add_parser("run", help="on the device: run pending entries while they fit the budget")
+    c3 = csub.add_parser("collect", help="here: unpack a call's archive, render its figures, export HTML, merge the log")
+    for c in (c1, c2, c3):
+        c.add_argument("--platform", default="h200", help="the campaign's platform")
+    c1.add_argument("--budget-s", type=float, default=480.0, help="seconds of notebooks per device call")
+    c2.add_argument("--budget-s", type=float, required=True, help="stop starting entries past this many seconds")
+    c2.add_argument("--call", required=True, help="a label for this device call, recorded with every entry it runs")
+    c2.add_argument("--only", nargs="+", default=None, help="entry keys to run, e.g. 01@qwen2.5-0.5b 03@all")
+    c2.add_argument("--out", type=Path, default=None, help="folder for the call's archive (default: $OUT if set)")
+    c3.add_argument("archive", type=Path, help="the campaign.tar.gz a device call returned")
+    for c in (c1, c2, c3):
+        c.set_defaults(func=cli_campaign)
 
     pp = sub.add_parser("paper", help="build the paper (HTML and PDF) from data/results and data/claims",
                         description="Render paper/paper.md.j2 with every number inserted from data/results and "
@@ -62,7 +82,8 @@ def register(sub: argparse._SubParsersAction) -> None:
 def cli_reproduce(args: argparse.Namespace) -> int:
     try:
         done = reproduce(quick=args.quick, only=args.only, platform=args.platform,
-                         parameters=parse_params(args.param), export_html=not args.no_html, save=args.save)
+                         parameters=parse_params(args.param), export_html=not args.no_html, save=args.save,
+                         out_dir=args.out_dir, out_name=args.out_name)
     except ReproduceError as exc:
         print(f"mlxlab reproduce: {exc}", file=sys.stderr)
         return 1
@@ -70,6 +91,41 @@ def cli_reproduce(args: argparse.Namespace) -> int:
         print(f"{d['notebook']:40s} {d['seconds']:7.1f} s  -> {d['output']}" + (f"  ({d['html']})" if d.get("html") else ""))
     if done:
         print(f"results -> {done[0]['results']}\nfigures -> {done[0]['figures']}")
+    return 0
+
+
+def cli_campaign(args: argparse.Namespace) -> int:
+    import os
+
+    from mlxlab.notebook import campaign as cg
+
+    try:
+        if args.campaign_cmd == "plan":
+            runs = cg.read_log(args.platform)
+            last = {r["key"]: r for r in runs}
+            for e in cg.entries(args.platform):
+                r = last.get(e.key)
+                seen = f"{r['status']} in {r['seconds']} s ({r['call']}, {str(r['commit'])[:9]})" if r else "never run"
+                print(f"{e.key:28s} expects {cg.expected_s(e, runs):6.0f} s   {seen}")
+            calls = cg.split_calls(cg.pending(args.platform, runs), runs, args.budget_s)
+            for i, call in enumerate(calls, 1):
+                print(f"call {i}: {' '.join(e.key for e in call)} "
+                      f"({sum(cg.expected_s(e, runs) for e in call):.0f} s)")
+            if not calls:
+                print("nothing pending")
+        elif args.campaign_cmd == "run":
+            out = args.out or (Path(os.environ["OUT"]) if os.environ.get("OUT") else None)
+            done = cg.run(args.platform, args.budget_s, call=args.call, only=args.only, out=out)
+            print(f"campaign: {sum(r['status'] == 'ok' for r in done)} of {len(done)} entries ok"
+                  + (f"; archive {out / cg.ARCHIVE}" if out and done else ""))
+            return 0 if all(r["status"] == "ok" for r in done) else 1
+        else:
+            got = cg.collect(args.archive, args.platform)
+            print(f"collected {len(got['files'])} files, rendered {len(got['figures'])} figures, "
+                  f"exported {len(got['html'])} notebooks to HTML")
+    except cg.CampaignError as exc:
+        print(f"mlxlab campaign: {exc}", file=sys.stderr)
+        return 1
     return 0
 
 

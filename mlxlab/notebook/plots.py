@@ -36,11 +36,32 @@ def use_theme() -> None:
 use_theme()
 
 
+SPEC_SUFFIX = ".vl.json"  # a figure saved as its Vega-Lite spec, to be rendered where vl-convert is
+
+
+def can_render() -> bool:
+    """Whether this Python can turn a chart into SVG/PNG (vl-convert-python is installed). The
+    H200 machine's image has no vl-convert (32 MiB, too much to carry beside the mlx bundle)."""
+    try:
+        import vl_convert  # noqa: F401
+    except ImportError:
+        return False
+    return True
+
+
 def save_figure(chart: alt.TopLevelMixin, name: str, folder: "str | Path",
                 formats: Sequence[str] = ("svg", "png"), scale: float = 2.0) -> list:
-    """Write ``chart`` as ``<folder>/<name>.svg`` and ``.png``; returns the paths."""
+    """Write ``chart`` as ``<folder>/<name>.svg`` and ``.png``; returns the paths. Without
+    vl-convert (:func:`can_render`) it writes the chart's Vega-Lite spec with its data inline,
+    ``<folder>/<name>.vl.json``, which :func:`render_pending` turns into the same files later on
+    a machine that has vl-convert (same spec, same renderer: the figure is the one a local run
+    would have drawn)."""
     folder = Path(folder)
     folder.mkdir(parents=True, exist_ok=True)
+    if not can_render():
+        p = folder / f"{name}{SPEC_SUFFIX}"
+        p.write_text(chart.to_json(indent=None), encoding="utf-8")
+        return [p]
     paths = []
     for fmt in formats:
         p = folder / f"{name}.{fmt}"
@@ -50,6 +71,28 @@ def save_figure(chart: alt.TopLevelMixin, name: str, folder: "str | Path",
             chart.save(str(p))
         paths.append(p)
     return paths
+
+
+def render_pending(folder: "str | Path", scale: float = 2.0, keep_spec: bool = False) -> list:
+    """Render every ``*.vl.json`` spec under ``folder`` (written by :func:`save_figure` where
+    vl-convert was missing) to SVG and PNG beside it, and remove the spec unless ``keep_spec``;
+    returns the written paths. Raises RuntimeError when this Python cannot render either."""
+    if not can_render():
+        raise RuntimeError("rendering figures needs vl-convert-python: pip install vl-convert-python")
+    import vl_convert as vlc
+    from altair.utils._importers import vl_version_for_vl_convert
+
+    vl = vl_version_for_vl_convert()  # the Vega-Lite version chart.save would pass
+    written = []
+    for spec in sorted(Path(folder).rglob(f"*{SPEC_SUFFIX}")):
+        text = spec.read_text(encoding="utf-8")  # the spec as altair wrote it (any chart: layers, concat)
+        stem = spec.parent / spec.name[: -len(SPEC_SUFFIX)]
+        Path(f"{stem}.svg").write_text(vlc.vegalite_to_svg(text, vl_version=vl), encoding="utf-8")
+        Path(f"{stem}.png").write_bytes(vlc.vegalite_to_png(text, vl_version=vl, scale=scale))
+        written += [Path(f"{stem}.svg"), Path(f"{stem}.png")]
+        if not keep_spec:
+            spec.unlink()
+    return written
 
 
 def log_ticks(lo: float, hi: float) -> list:

@@ -102,12 +102,13 @@ def _failed_cell(exc) -> str:
 def reproduce(*, quick: bool = True, only: Optional[Sequence[str]] = None, platform: Optional[str] = None,
               parameters: Optional[Dict] = None, out_dir: Optional[Path] = None, kernel_name: Optional[str] = None,
               progress: bool = True, notebooks_dir: Optional[Path] = None, export_html: bool = True,
-              html_dir: Optional[Path] = None, save: bool = False) -> List[Dict]:
+              html_dir: Optional[Path] = None, save: bool = False, out_name: Optional[str] = None) -> List[Dict]:
     """Execute the notebooks; returns one dict per notebook (name, seconds, output path, the
     ``results`` and ``figures`` folders it wrote, and after a full run with ``export_html`` the
     HTML export, default folder ``<results>/notebooks/``). A full run writes one new run folder
     unless ``save`` (then the committed results and figures); ``save`` with ``quick`` is refused.
-    ``parameters`` (notebook parameters) override the folders. Raises :class:`ReproduceError`
+    ``parameters`` (notebook parameters) override the folders. ``out_name`` names the executed
+    copy of a single notebook (a campaign runs one notebook per preset into one folder). Raises :class:`ReproduceError`
     naming the notebook and cell on the first failure."""
     import papermill as pm  # heavy (nbclient, jupyter): only a run needs it, not `mlxlab --help`
 
@@ -120,6 +121,8 @@ def reproduce(*, quick: bool = True, only: Optional[Sequence[str]] = None, platf
     out_dir = Path(out_dir) if out_dir else BUILD
     out_dir.mkdir(parents=True, exist_ok=True)
     nbs = list_notebooks(only, notebooks_dir)
+    if out_name and len(nbs) != 1:
+        raise ReproduceError(f"--out-name names one executed notebook, but {len(nbs)} match: narrow --only")
     params = {"quick": quick, **({"platform": platform} if platform else {})}
     plat = platform or platform_name()
     given = parameters or {}
@@ -143,7 +146,7 @@ def reproduce(*, quick: bool = True, only: Optional[Sequence[str]] = None, platf
     for nb in nbs:
         if bar is not None:
             bar.set_postfix_str(nb.name)
-        out = out_dir / nb.name
+        out = out_dir / (out_name or nb.name)
         t0 = time.perf_counter()
         try:
             pm.execute_notebook(str(nb), str(out), parameters=params, cwd=str(nb.parent),

@@ -21,6 +21,13 @@ def offline() -> None:
     fetch vega from a CDN). Idempotent."""
     global _offline
     if not _offline:
+        from mlxlab.notebook.plots import can_render
+
+        if not can_render():
+            # no vl-convert (the H200 machine's headless runs): nobody views these charts live; they
+            # keep the default renderer and the figures are saved as specs (plots.save_figure)
+            _offline = True
+            return
         alt.JupyterChart.enable_offline()
         alt.renderers.enable("jupyter", offline=True)
         _offline = True
