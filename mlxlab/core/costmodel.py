@@ -84,6 +84,7 @@ from dataclasses import dataclass, field
 from typing import Dict, Iterable, List, Optional, Sequence, Tuple
 
 import numpy as np
+from scipy.optimize import nnls
 
 from mlxlab.core.plan import KEY_ALIGN
 
@@ -190,36 +191,17 @@ def record_features(rec: dict) -> np.ndarray:
     return f
 
 
-def _nnls(X: np.ndarray, y: np.ndarray, ridge: float) -> np.ndarray:
-    """Least squares with non-negative coefficients (Lawson and Hanson's active-set method), with
-    a small ridge penalty. Exact where the problem is: a feature whose unconstrained coefficient
-    comes out negative only leaves the solution if the others cannot absorb it, so two features
-    that move together (the attention pairs of aligned and unaligned chunks) are both kept."""
+def solve_nnls(X: np.ndarray, y: np.ndarray, ridge: float) -> np.ndarray:
+    """Least squares with non-negative coefficients (:func:`scipy.optimize.nnls`, Lawson and
+    Hanson's active-set method) and a small ridge penalty, as ``X`` augmented with
+    ``sqrt(ridge) * I`` rows (and ``y`` with zeros): the penalty keeps two features that move
+    together (the attention pairs of aligned and unaligned chunks) both in the solution instead
+    of an arbitrary one, and the solve well-posed when a feature is all zeros."""
     k = X.shape[1]
     if ridge > 0:
         X = np.vstack([X, np.sqrt(ridge) * np.eye(k)])
         y = np.concatenate([y, np.zeros(k)])
-    passive = np.zeros(k, dtype=bool)
-    coef = np.zeros(k)
-    tol = 1e-12 * max(1.0, float(np.abs(X).max()) * float(np.abs(y).max()) * len(y))
-    for _ in range(3 * k):
-        grad = X.T @ (y - X @ coef)
-        if passive.all() or (grad[~passive] <= tol).all():
-            break
-        passive[int(np.argmax(np.where(passive, -np.inf, grad)))] = True
-        while True:
-            trial = np.zeros(k)
-            trial[passive] = np.linalg.lstsq(X[:, passive], y, rcond=None)[0]
-            if (trial[passive] > 0).all():
-                break
-            neg = passive & (trial <= 0)
-            alpha = float(np.min(coef[neg] / (coef[neg] - trial[neg])))
-            coef = coef + alpha * (trial - coef)
-            passive &= coef > tol
-            if not passive.any():
-                trial = np.zeros(k)
-                break
-        coef = trial
+    coef, _ = nnls(np.asarray(X, dtype=float), np.asarray(y, dtype=float), maxiter=50 * k)
     return np.maximum(coef, 0.0)
 
 
@@ -265,7 +247,7 @@ class StepCostModel:
         y = np.array([r["duration_s"] for r in recs])
         scale = X.max(axis=0)
         scale[scale == 0] = 1.0
-        coef = _nnls(X / scale, y, ridge) / scale
+        coef = solve_nnls(X / scale, y, ridge) / scale
         return cls(coef=coef, n_obs=len(recs), source=source)
 
     def predict(self, decode_batch: int = 0, decode_context_tokens: int = 0,

@@ -20,8 +20,8 @@ from mlxlab.core.costmodel import (
     PREFILL_FEATURES,
     REBATCH_FEATURES,
     StepCostModel,
-    _nnls,
     record_features,
+    solve_nnls,
 )
 
 TIMING_KINDS = ("tail", "overhead")  # records of the two timing parameters, not of step costs
@@ -39,7 +39,7 @@ def _fit_rows(X: np.ndarray, y: np.ndarray, relative: bool) -> np.ndarray:
         X, y = X / y[:, None], np.ones_like(y)
     scale = X.max(axis=0)
     scale[scale == 0] = 1.0
-    return _nnls(X / scale, y, 1e-9) / scale
+    return solve_nnls(X / scale, y, 1e-9) / scale
 
 
 def _timing(records: Sequence[dict], kind: str) -> Optional[float]:
