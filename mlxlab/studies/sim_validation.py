@@ -45,7 +45,7 @@ from mlxlab.studies.sim_scoring import (
 )
 
 CELL_FIELDS = ("cell", "kind", "decode_batch", "decode_context_tokens", "decode_kv_tokens", "join_tokens",
-               "drop_tokens", "prefill_tokens", "prefill_context_tokens", "duration_s", "spread", "n")
+               "drop_tokens", "prefill_tokens", "prefill_context_tokens", "cold_chunks", "duration_s", "spread", "n")
 
 
 def validation_workloads(model, *, scale: float = 1.0, seed: int = 0) -> Dict[str, Workload]:
