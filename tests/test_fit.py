@@ -80,7 +80,7 @@ def test_padding_gets_its_own_price_only_from_steps_that_had_padding():
 def test_nnls_keeps_correlated_positive_features_and_clips_negative_ones():
     """Two columns that move together, both truly positive, are both kept with their values; a
     truly negative coefficient ends at 0 and the rest is the least-squares fit without it."""
-    from mlxlab.core.costmodel import _nnls
+    from mlxlab.core.costmodel import solve_nnls as _nnls
 
     rng = np.random.default_rng(0)
     a = rng.uniform(1, 2, 40)

@@ -11,7 +11,7 @@ import pytest
 
 from mlxlab import load_model
 from mlxlab.cli.sim import register
-from mlxlab.core.costmodel import record_features
+from mlxlab.core.costmodel import FEATURES, record_features
 from mlxlab.sim import Simulator
 from mlxlab.sim.fit import TIMING_KINDS, fit_report
 from mlxlab.sim.measure import profile_device
@@ -36,7 +36,7 @@ def test_a_measured_profile_has_every_kind_of_step(measured):
     prof = measured
     kinds = {r["kind"] for r in prof["records"]}
     assert kinds == {"fill", "prefill", "decode", "mixed", "packed", "rebatch", "tail", "overhead", "start",
-                     "join_chunk"}
+                     "join_chunk", "fresh"}
     assert all(r["duration_s"] > 0 for r in prof["records"])
     # a packed cell ran as one forward, its back-to-back twin as two; both carry the same sizes
     assert {r["fused"] for r in prof["records"] if r["kind"] == "packed"} == {True}
@@ -61,6 +61,42 @@ def test_a_measured_profile_has_every_kind_of_step(measured):
         assert {c["n"] for c in prof["cells"] if c["cell"] in (f"join {case} c16+128", f"start {case} c16+128")} == {2}
     assert prof["grid"]["join_contexts"] == [128]
     assert prof["skipped"] == []
+
+
+def test_a_profile_times_changes_of_a_ragged_batch_and_first_uses_of_a_chunk_size(measured):
+    recs = measured["records"]
+    # rows of 16, 53, 90 and 128 tokens join one batch one by one and leave it again: every change
+    # timed alone, once per repeat, each ragged one reading its padding
+    ragged = {}
+    for r in recs:
+        if r.get("cell", "").startswith("ragged "):
+            ragged.setdefault(r["cell"], []).append(r)
+    assert sorted(ragged) == ["ragged drop b1", "ragged drop b2", "ragged drop b3", "ragged join b2",
+                              "ragged join b3", "ragged join b4"]
+    assert all(len(v) == GRID["repeats"] and v[0]["kind"] == "rebatch" for v in ragged.values())
+    for b in (2, 3, 4):
+        j = ragged[f"ragged join b{b}"][0]
+        assert j["joined"] == 1 and j["decode_batch"] == b and j["decode_kv_tokens"] == j["join_tokens"]
+        assert j["decode_kv_tokens"] > j["decode_context_tokens"]  # left padding: a ragged batch
+        assert record_features(j)[FEATURES.index("ragged_change_rows")] == b
+    d3 = ragged["ragged drop b3"][0]
+    # filter copies the three kept rows at the old width: the 128-token row's, which left
+    assert d3["dropped"] == 1 and d3["drop_tokens"] % 3 == 0 and d3["drop_tokens"] // 3 > 128
+    assert d3["decode_kv_tokens"] > d3["decode_context_tokens"]
+    assert record_features(ragged["ragged drop b1"][0])[FEATURES.index("ragged_change_rows")] == 0  # one row: even
+    # every chunk size counts as cold once, at its first use in the profile (the warm-up's included);
+    # the fresh sizes (3/4 of the grid's, on the alignment: 8 and 48) run twice, cold then warm
+    fresh = [(r["prefill_tokens"], r["cold_chunks"]) for r in recs if r["kind"] == "fresh"]
+    assert fresh == [(8, 1), (8, 0), (48, 1), (48, 0)]
+    assert all(r["cold_chunks"] == 0 for r in recs if r["kind"] in ("prefill", "mixed", "packed"))
+    seen, cold = set(), []
+    for r in recs:  # a size is cold at most once, and only where no recorded step had run it before
+        sizes = [c[0] + (c[2] if len(c) > 2 else 0) for c in r.get("prefill_chunks") or []]
+        if r.get("cold_chunks"):
+            assert not set(sizes) <= seen
+            cold += sizes
+        seen |= set(sizes)
+    assert len(cold) == len(set(cold)) and {8, 48} <= set(cold)
 
 
 def test_a_measured_profile_has_the_cells_it_promised(measured):

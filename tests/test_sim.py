@@ -323,3 +323,40 @@ def test_the_simulator_charges_a_batch_change_and_merged_rows():
     assert [(s.joined, s.dropped) for s in dec][:3] == [(2, 0), (0, 0), (0, 1)]
     assert dec[0].duration_s == pytest.approx(0.01 + 2 * 0.002 + 0.005)
     assert dec[2].duration_s == pytest.approx(0.01 + 0.005)
+
+
+def test_a_ragged_batch_change_pays_per_row_and_an_even_one_does_not():
+    """Rows of one length join as one plain cache (no padding): no ragged cost. A 10-token and a
+    20-token prompt make a left-padded batch: its join pays ragged_change_rows per row, and the
+    drop back to one row (even again) does not."""
+    cm = StepCostModel.from_coefficients({"decode_step": 0.01, "ragged_change_rows": 0.1, "prefill_tokens": 1e-4},
+                                         n_obs=1)
+    even = Simulator(cm, policy="interleave", chunk_size=64)
+    even.submit([1] * 11, 3), even.submit([1] * 11, 2)
+    even.run()
+    assert [s.duration_s for s in even.steps if s.phase == "decode"] == pytest.approx([0.01] * 3)
+    ragged = Simulator(cm, policy="interleave", chunk_size=64)
+    ragged.submit([1] * 11, 3), ragged.submit([1] * 21, 2)
+    ragged.run()
+    dec = [s for s in ragged.steps if s.phase == "decode"]
+    assert [(s.joined, s.dropped) for s in dec] == [(2, 0), (0, 0), (0, 1)]
+    assert [s.duration_s for s in dec] == pytest.approx([0.01 + 2 * 0.1, 0.01, 0.01])
+
+
+def test_the_first_chunk_of_each_token_count_in_a_run_is_cold():
+    """cold_chunks: each token count (pad included) pays once per run, at its first chunk: 32, 32,
+    then the 7 left padded to 8 (a new count); a second prompt of the same shape pays nothing, and
+    a new simulator (a new run) pays again."""
+    cm = StepCostModel.from_coefficients({"prefill_chunks": 0.01, "cold_chunks": 0.5}, n_obs=1)
+    sim = Simulator(cm, policy="interleave", chunk_size=32)
+    sim.submit([1] * 72, 1)
+    sim.run()
+    assert [s.duration_s for s in sim.steps if s.prefill] == pytest.approx([0.51, 0.01, 0.51])
+    sim.submit([1] * 72, 1)
+    sim.run()
+    assert [s.duration_s for s in sim.steps if s.prefill][3:] == pytest.approx([0.01] * 3)
+    again = Simulator(cm, policy="interleave", chunk_size=32)
+    again.submit([1] * 72, 1)
+    again.run()
+    assert [s.duration_s for s in again.steps if s.prefill] == pytest.approx([0.51, 0.01, 0.51])
+    assert features(0, 0, [(32, 0), (8, 32)], cold_chunks=5)[FEATURES.index("cold_chunks")] == 2  # at most one a chunk

@@ -122,7 +122,7 @@ def _add_validate(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--profile", default=None, help="a saved profile (path or name) instead of measuring one")
     parser.add_argument("--platform", default=None, help="results folder name (default: detected)")
     parser.add_argument("--name", default="sim_validation", help="results file name")
-    parser.add_argument("--rescore", default=None, metavar="JSON",
+    parser.add_argument("--rescore", "--resimulate", dest="rescore", default=None, metavar="JSON",
                         help="score a saved validation file again under this version's cost model and "
                              "simulator (no model, no device) and write <its name>_rescored.json into a new run "
                              "folder of its platform (with --save: beside it)")
@@ -255,21 +255,22 @@ def _profile_spread(args: argparse.Namespace) -> int:
 
 
 def _rescore(args: argparse.Namespace) -> int:
-    from mlxlab.studies.sim_claims import cost_model_record, sim_accuracy_verdict
+    from mlxlab.studies.sim_claims import cost_model_record, validation_verdicts
 
     res = rescore_validation(args.rescore, log=_say(args))
     print(format_validation(res))
     src = Path(args.rescore)
     res["cost_model"] = cost_model_record(res["coefficients"], fitted_in_run=False, commit=_git_commit(),
                                           source=f"the profile shares of {src} fitted again by this code")
-    vs = [sim_accuracy_verdict(res, res["cost_model"])]
+    vs = validation_verdicts(res, res["cost_model"])
     name = src.stem + "_rescored"
     ok = name.startswith("sim_validation")  # a verdict is stored only under an experiment the claims name
     plat = platform_of(src)
     folder = src.parent if args.save else run_folder(plat)
     out = save_results(name, res, platform=plat, folder=folder, verdicts=vs if ok else None,
                        parameters={"source": str(src), "rescore": "simulator side re-run under this code"})
-    print(f"[{vs[0]['verdict']}] mlx-sim-accuracy: {vs[0]['measured']}")
+    for v in vs:
+        print(f"[{v['verdict']}] {v['claim']}: {v['measured']}")
     print(f"wrote {out}")
     return 0 if all(r["passed"] for r in res["table"]) else 1
 

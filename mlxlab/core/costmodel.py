@@ -8,7 +8,8 @@ each of :data:`FEATURES`)::
         + join_rows * rows + batch_changes * [batch changed]
         + prefill_chunks * chunks + prefill_tokens * n + prefill_attention * pairs
         + prefill_attention_unaligned * unaligned pairs + packed_changes * [packed step changed rows]
-        + prefill_attention_masked * masked pairs
+        + prefill_attention_masked * masked pairs + ragged_change_rows * rows after a ragged change
+        + cold_chunks * chunks of a token count the run has not run before
 
 Each term, and what it stands for in the engine (:mod:`mlxlab.engine`):
 
@@ -49,6 +50,22 @@ Each term, and what it stands for in the engine (:mod:`mlxlab.engine`):
   packed step (:mod:`mlxlab.engine.fused`: one forward for the decode and the chunks). Such a step
   costs more than the same step without the change, while a change in a decode-only step costs what ``join_rows`` and ``batch_changes`` say (``start``/``join``/``drop``
   cells of :func:`mlxlab.sim.measure.profile_device`, ``data/results/h200/sim_validation.json``).
+* ``ragged_change_rows``: the rows of a left-padded ``BatchKVCache`` (rows of different lengths)
+  right after a decode step changed it (rows joined or left, and two or more remain ragged):
+  ``extend`` re-pads and concatenates every row of every layer's keys and values, ``filter``
+  gathers them, at a batch shape the step before did not have, and the forward then runs the
+  masked attention at that shape. On the H200 such a change into a ragged batch of three or four
+  rows cost 25-55 ms more than its two-row counterpart in the validation workloads
+  (``data/results/h200/sim_validation_steps.log``: "decode b3 changed" 0.24-0.42 of the engine),
+  while a profile built only of even batches (one plain ``KVCache``, :mod:`mlxlab.engine.batch`)
+  never meets one; :class:`mlxlab.sim.cells.RaggedCase` times such changes at two to four rows.
+* ``cold_chunks``: chunks whose token count (pad included) no earlier chunk of the run had: the
+  first forward of a query length the process has not run lately (kernels, graphs and buffers
+  of that shape set up again). On the H200 the first 1,023-token chunk of a profile share taken
+  after other work cost 16-36 ms more than the same cell right after the profile's warm-up
+  (``data/results/h200/sim_validation*.json``, profile records of shares 2 and later), and the
+  held-out runs' first chunks of sizes the grid lacks ran 20-40 ms slower than the grid predicts.
+  Profile records carry the count (``cold_chunks``: :func:`mlxlab.sim.cells.cold_group`).
 * ``prefill_chunks``: per chunk forward (its fixed cost); ``prefill_tokens``: tokens pushed
   through the linear layers; ``prefill_attention``: query-key pairs of the chunks' attention
   (``n * context + n**2 / 2`` per chunk); ``prefill_attention_unaligned``: the pairs of chunks
@@ -74,7 +91,8 @@ plan), so both read step records the same way. Profiles saved with the six featu
 versions (``decode_step, decode_batch, decode_context_tokens, prefill_chunks, prefill_tokens,
 prefill_attention``) load with no batched, join or drop cost; profiles saved before the padding
 term charge padding as real context, as they did; profiles saved before
-``prefill_attention_masked`` charge nothing for the masked pairs, as they did.
+``prefill_attention_masked``, ``ragged_change_rows`` or ``cold_chunks`` charge nothing for them,
+as they did.
 """
 
 from __future__ import annotations
@@ -84,17 +102,19 @@ from dataclasses import dataclass, field
 from typing import Dict, Iterable, List, Optional, Sequence, Tuple
 
 import numpy as np
+from scipy.optimize import nnls
 
 from mlxlab.core.plan import KEY_ALIGN
 
 FEATURES = ("decode_step", "decode_batched", "decode_batch", "decode_context_tokens", "join_tokens", "drop_tokens",
             "join_rows", "batch_changes", "prefill_chunks", "prefill_tokens", "prefill_attention",
-            "prefill_attention_unaligned", "decode_padding_tokens", "packed_changes", "prefill_attention_masked")
+            "prefill_attention_unaligned", "decode_padding_tokens", "packed_changes", "prefill_attention_masked",
+            "ragged_change_rows", "cold_chunks")
 LEGACY_FEATURES = ("decode_step", "decode_batch", "decode_context_tokens", "prefill_chunks", "prefill_tokens",
                    "prefill_attention")
 DECODE_FEATURES = [0, 1, 2, 3, 12]  # what a decode forward costs
-REBATCH_FEATURES = [4, 5, 6, 7]  # changes of the decode batch
-PREFILL_FEATURES = [8, 9, 10, 11, 14]  # prefill chunks
+REBATCH_FEATURES = [4, 5, 6, 7, 15]  # changes of the decode batch
+PREFILL_FEATURES = [8, 9, 10, 11, 14, 16]  # prefill chunks
 PACKED_FEATURES = [13]  # a change of the decode rows inside a packed forward
 
 
@@ -116,7 +136,8 @@ def _chunk(c) -> Tuple[int, int, int]:
 def features(decode_batch: int = 0, decode_context_tokens: int = 0,
              chunks: Sequence[Tuple[int, ...]] = (), join_tokens: int = 0, drop_tokens: int = 0,
              join_rows: int = 0, batch_change: bool = False, packed: bool = False,
-             decode_padding_tokens: int = 0, joined: int = 0) -> np.ndarray:
+             decode_padding_tokens: int = 0, joined: int = 0, ragged: bool = False,
+             cold_chunks: int = 0) -> np.ndarray:
     """The feature vector of a step. ``decode_context_tokens``: the KV positions of the decoding
     rows (the sum of their contexts); ``decode_padding_tokens``: the left padding a batch reads
     beside them (``b x longest row`` less that sum); ``chunks`` lists (tokens, context before
@@ -127,7 +148,9 @@ def features(decode_batch: int = 0, decode_context_tokens: int = 0,
     decode's fixed cost (``decode_step``, ``decode_batched``: a whole forward's weights and host
     work) is the chunk's, and only its per-row and context terms are added; ``joined``: rows
     that began decoding at this step (a lone row's first decode counts too), which with
-    ``packed``, like any batch change, costs ``packed_changes``."""
+    ``packed``, like any batch change, costs ``packed_changes``; ``ragged``: the batch after this
+    step's change is a left-padded one of two or more rows (``ragged_change_rows``: its rows);
+    ``cold_chunks``: how many of ``chunks`` have a token count the run had not run before."""
     b = int(decode_batch)
     own = not (packed and chunks)  # a packed decode rides on its chunks' forward
     ran = [(n + p, c) for n, c, p in map(_chunk, chunks)]
@@ -148,6 +171,8 @@ def features(decode_batch: int = 0, decode_context_tokens: int = 0,
         float(decode_padding_tokens) if b >= 2 else 0.0,
         1.0 if (b and packed and chunks and (joined or join_rows or batch_change)) else 0.0,
         float(sum(n * n / 2.0 for n, _ in ran)),
+        float(b) if (b >= 2 and ragged and (batch_change or join_rows)) else 0.0,
+        float(min(int(cold_chunks), len(ran))),
     ])
 
 
@@ -166,7 +191,9 @@ def rebatch_counts(rec: dict) -> Tuple[int, bool]:
 def record_features(rec: dict) -> np.ndarray:
     """Features of a step record dict (``StepRecord.as_dict()``, or a profile record with the
     extra fields ``decode_kv_tokens``, ``join_tokens``, ``drop_tokens``). Each chunk counts as it
-    ran when the record lists them (``prefill_chunks``: [tokens, context] pairs); a record without
+    ran when the record lists them (``prefill_chunks``: [tokens, context] pairs); a record's
+    ``decode_kv_tokens`` above its ``decode_context_tokens`` (padding) makes a change ragged, and
+    its ``cold_chunks`` counts its cold chunks (both only profile records have); a record without
     that list treats several chunks as one of their summed tokens after their summed context
     (exact for the usual one-chunk step)."""
     n = rec.get("prefill_tokens", 0)
@@ -178,48 +205,30 @@ def record_features(rec: dict) -> np.ndarray:
     rows, change = rebatch_counts(rec)
     f = features(rec.get("decode_batch", 0), ctx, chunks, rec.get("join_tokens", 0), rec.get("drop_tokens", 0),
                  rows, change, packed=bool(rec.get("fused")), decode_padding_tokens=pad,
-                 joined=int(rec.get("joined", 0) or 0))
+                 joined=int(rec.get("joined", 0) or 0), ragged=pad > 0,
+                 cold_chunks=int(rec.get("cold_chunks", 0) or 0))
     listed = rec.get("prefill_chunks")
     if n and listed and sum(int(c[0]) for c in listed) == n:  # each chunk as it ran: exact for several
-        g = features(0, 0, listed)
+        g = features(0, 0, listed, cold_chunks=int(rec.get("cold_chunks", 0) or 0))
         for name in ("prefill_chunks", "prefill_tokens", "prefill_attention", "prefill_attention_unaligned",
-                     "prefill_attention_masked"):
+                     "prefill_attention_masked", "cold_chunks"):
             f[FEATURES.index(name)] = g[FEATURES.index(name)]
         return f
     f[FEATURES.index("prefill_chunks")] = float(len(seqs)) if n else 0.0
     return f
 
 
-def _nnls(X: np.ndarray, y: np.ndarray, ridge: float) -> np.ndarray:
-    """Least squares with non-negative coefficients (Lawson and Hanson's active-set method), with
-    a small ridge penalty. Exact where the problem is: a feature whose unconstrained coefficient
-    comes out negative only leaves the solution if the others cannot absorb it, so two features
-    that move together (the attention pairs of aligned and unaligned chunks) are both kept."""
+def solve_nnls(X: np.ndarray, y: np.ndarray, ridge: float) -> np.ndarray:
+    """Least squares with non-negative coefficients (:func:`scipy.optimize.nnls`, Lawson and
+    Hanson's active-set method) and a small ridge penalty, as ``X`` augmented with
+    ``sqrt(ridge) * I`` rows (and ``y`` with zeros): the penalty keeps two features that move
+    together (the attention pairs of aligned and unaligned chunks) both in the solution instead
+    of an arbitrary one, and the solve well-posed when a feature is all zeros."""
     k = X.shape[1]
     if ridge > 0:
         X = np.vstack([X, np.sqrt(ridge) * np.eye(k)])
         y = np.concatenate([y, np.zeros(k)])
-    passive = np.zeros(k, dtype=bool)
-    coef = np.zeros(k)
-    tol = 1e-12 * max(1.0, float(np.abs(X).max()) * float(np.abs(y).max()) * len(y))
-    for _ in range(3 * k):
-        grad = X.T @ (y - X @ coef)
-        if passive.all() or (grad[~passive] <= tol).all():
-            break
-        passive[int(np.argmax(np.where(passive, -np.inf, grad)))] = True
-        while True:
-            trial = np.zeros(k)
-            trial[passive] = np.linalg.lstsq(X[:, passive], y, rcond=None)[0]
-            if (trial[passive] > 0).all():
-                break
-            neg = passive & (trial <= 0)
-            alpha = float(np.min(coef[neg] / (coef[neg] - trial[neg])))
-            coef = coef + alpha * (trial - coef)
-            passive &= coef > tol
-            if not passive.any():
-                trial = np.zeros(k)
-                break
-        coef = trial
+    coef, _ = nnls(np.asarray(X, dtype=float), np.asarray(y, dtype=float), maxiter=50 * k)
     return np.maximum(coef, 0.0)
 
 
@@ -265,16 +274,17 @@ class StepCostModel:
         y = np.array([r["duration_s"] for r in recs])
         scale = X.max(axis=0)
         scale[scale == 0] = 1.0
-        coef = _nnls(X / scale, y, ridge) / scale
+        coef = solve_nnls(X / scale, y, ridge) / scale
         return cls(coef=coef, n_obs=len(recs), source=source)
 
     def predict(self, decode_batch: int = 0, decode_context_tokens: int = 0,
                 chunks: Sequence[Tuple[int, int]] = (), join_tokens: int = 0, drop_tokens: int = 0,
                 join_rows: int = 0, batch_change: bool = False, packed: bool = False,
-                decode_padding_tokens: int = 0, joined: int = 0) -> float:
+                decode_padding_tokens: int = 0, joined: int = 0, ragged: bool = False,
+                cold_chunks: int = 0) -> float:
         """Predicted step time in seconds (the linear terms; not ``overhead_s``)."""
         return float(features(decode_batch, decode_context_tokens, chunks, join_tokens, drop_tokens, join_rows,
-                              batch_change, packed, decode_padding_tokens, joined) @ self.coef)
+                              batch_change, packed, decode_padding_tokens, joined, ragged, cold_chunks) @ self.coef)
 
     def predict_record(self, rec: dict) -> float:
         return float(record_features(rec) @ self.coef)

@@ -5,6 +5,10 @@
   change timed alone ("rebatch"), pipelined decodes ("decode", the last one "tail"), then decode
   plus a chunk of a long prompt, back to back ("mixed") and as one packed forward ("packed");
 * :class:`JoinCase`: a long row joining a short row's decode and leaving it again;
+* :class:`RaggedCase`: rows of four different lengths joining one decode batch one by one (a
+  left-padded batch of two, three, four rows) and leaving it again ("rebatch", ragged);
+* :func:`cold_group`: chunks of token counts nothing else in the profile runs, each run twice at
+  once ("fresh"): its first use (``cold_chunks`` 1) and again, warm;
 * :func:`overhead_run`: the host time between steps of a short workload ("overhead").
 
 Each records into its :class:`mlxlab.sim.rig.Bench` (see :mod:`mlxlab.sim.measure` for what a
@@ -202,6 +206,75 @@ class JoinCase:
             d.update(kind="decode", engine_duration_s=d["duration_s"], duration_s=times[j] - times[j - 1],
                      cell=f"decode b2 {self.tag}", decode_kv_tokens=d["decode_batch"] * wj)
             self.bench.keep(d)
+
+
+class RaggedCase:
+    """A decode batch of rows with four different prompt lengths (``c0`` up to ``c_long``): row 0
+    decodes alone, rows 1, 2, 3 join one at a time (``k`` decode steps apart; each join leaves a
+    left-padded ``BatchKVCache`` of two, three, four rows), then rows 3, 2, 1 leave in turn
+    (``filter`` to three and two ragged rows, ``extract`` to one). Every change is timed alone
+    ("rebatch", cells ``ragged join b2..4`` and ``ragged drop b3..1``), so the fit prices a change
+    into a ragged batch (``ragged_change_rows``) beside the even ones of :func:`decode_group`."""
+
+    def __init__(self, bench: Bench, c_long: int, k: int = 4):
+        self.bench, self.k = bench, k
+        c0 = max(2, min(bench.decode_contexts))
+        self.lengths = [c0 + (c_long - c0) * i // 3 for i in range(4)]
+
+    def fits(self) -> bool:
+        return len(set(self.lengths)) == 4 and self.lengths[-1] + 7 * self.k + 4 <= self.bench.max_ctx
+
+    def run(self) -> None:
+        bench, k = self.bench, self.k
+        if not self.fits():
+            bench.skipped.append(f"ragged rows {self.lengths}: need four lengths within the context of {bench.max_ctx}")
+            return
+        rig = bench.rig()
+        # row i joins at decode step i*k and leaves at (7 - i)*k; row 0 stays to the end
+        reqs = [rig.submit(bench.tokens(n), (7 - 2 * i) * k if i else 7 * k + 2) for i, n in enumerate(self.lengths)]
+        bench.fill(rig, reqs[0], self.lengths[0] - 1, record=False)
+        for t in range(7 * k):
+            i = t // k
+            if t % k == 0 and 1 <= i <= 3:  # the next row finishes its prefill: it joins at this decode
+                bench.fill(rig, reqs[i], self.lengths[i] - 1, record=False)
+            if t % k == 0 and t:
+                self.change(rig, "join" if i <= 3 else "drop")
+            else:
+                rig.step(StepPlan(decode=True))
+        rig.flush()
+
+    def change(self, rig: Rig, what: str) -> None:
+        """A step that changes the ragged batch, timed alone, with the bytes it copies."""
+        rows_before, width_before = rig.decode_rows(), rig.decode_width()
+        d = self.bench.timed_alone(rig, StepPlan(decode=True), "rebatch", cell="")
+        b, width = d["decode_batch"], rig.decode_width()
+        d["cell"] = f"ragged {what} b{b}"
+        if what == "join":
+            d.update(join_tokens=b * width, decode_kv_tokens=b * width)
+        else:
+            kept = b if rows_before > b else 0
+            d.update(drop_tokens=kept * width_before if b > 1 else d["decode_context_tokens"],
+                     decode_kv_tokens=b * width if b > 1 else d["decode_context_tokens"])
+        self.bench.keep(d)
+
+
+def cold_group(bench: Bench, c: int) -> None:
+    """Chunks of token counts nothing else in the profile runs (three quarters of each grid size,
+    on the key alignment), each at once twice on one prompt after a context of ``c``: the first
+    meets its shape for the first time in this profile (``cold_chunks`` 1), the second does not.
+    Run after the other groups, so many other shapes ran since the process last saw anything like
+    it, as a workload's odd-sized chunk meets the engine."""
+    sizes = sorted({max(8, (3 * n // 4) // 8 * 8) for n in bench.prefill_tokens} - set(bench.sizes_run))
+    sizes = [n for n in sizes if c + 2 * sum(sizes) + 2 <= bench.max_ctx]
+    if not sizes:
+        bench.skipped.append(f"cold chunks at context {c}: no fresh size fits the context of {bench.max_ctx}")
+        return
+    rig = bench.rig()
+    req = rig.submit(bench.tokens(c + 2 * sum(sizes) + 1), 1)
+    bench.fill(rig, req, c, record=False)
+    for n in sizes:
+        for _ in range(2):
+            bench.keep(bench.timed(rig, StepPlan(prefill=[(req.id, n)]), "fresh")[0])
 
 
 def overhead_run(bench: Bench, seed: int) -> None:

@@ -20,8 +20,8 @@ from mlxlab.core.costmodel import (
     PREFILL_FEATURES,
     REBATCH_FEATURES,
     StepCostModel,
-    _nnls,
     record_features,
+    solve_nnls,
 )
 
 TIMING_KINDS = ("tail", "overhead")  # records of the two timing parameters, not of step costs
@@ -39,7 +39,7 @@ def _fit_rows(X: np.ndarray, y: np.ndarray, relative: bool) -> np.ndarray:
         X, y = X / y[:, None], np.ones_like(y)
     scale = X.max(axis=0)
     scale[scale == 0] = 1.0
-    return _nnls(X / scale, y, 1e-9) / scale
+    return solve_nnls(X / scale, y, 1e-9) / scale
 
 
 def _timing(records: Sequence[dict], kind: str) -> Optional[float]:
@@ -144,14 +144,34 @@ def _fit_packed_changes(coef: np.ndarray, records: Sequence[dict], relative: boo
 
 def _cell(r: dict) -> tuple:
     """The grid cell of a profile record: its kind, decode batch, chunk size, and contexts
-    rounded to 2 significant digits (a decode context grows by the batch every step)."""
+    rounded to 2 significant digits (a decode context grows by the batch every step); a step with
+    cold chunks is a cell of its own beside its warm twins."""
     if r.get("cell"):
-        return (r["cell"],)
+        return (r["cell"], int(r.get("cold_chunks") or 0))
 
     def r2(x):
         return float(f"{x:.2g}") if x else 0
     return (r.get("kind", r.get("phase")), r.get("decode_batch", 0), r2(r.get("decode_context_tokens", 0)),
             r.get("prefill_tokens", 0), r2(r.get("prefill_context_tokens", 0)))
+
+
+def mark_cold_chunks(records: Sequence[dict], warm: bool) -> List[dict]:
+    """A profile share's records (in the order they were measured) with ``cold_chunks`` counted
+    where a profile saved before that field lacks it: the chunks of a token count no earlier
+    record of the share ran, unless ``warm`` (the share came right after the profile's warm-up,
+    which ran the grid's sizes: the first share of a validation). Records that carry the field are
+    kept as they are."""
+    if any("cold_chunks" in r for r in records):
+        return list(records)
+    seen, out = set(), []
+    for r in records:
+        sizes = [int(c[0]) + (int(c[2]) if len(c) > 2 else 0) for c in r.get("prefill_chunks") or []]
+        if not sizes and r.get("prefill_tokens"):
+            sizes = [int(r["prefill_tokens"])]
+        cold = 0 if warm else sum(1 for n in sizes if n not in seen)
+        seen |= set(sizes)
+        out.append(dict(r, cold_chunks=cold) if cold else r)
+    return out
 
 
 def cell_medians(records: Iterable[dict]) -> List[dict]:

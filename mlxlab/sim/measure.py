@@ -19,6 +19,10 @@ group of grid cells at a time (:mod:`mlxlab.sim.cells`):
 * the decode tail ("tail"): after a run of pipelined decode-only steps, the gap between the last
   two token reads of a stream, the last read by the next step's flush: how long a forward still
   runs after the engine's Python returned from queueing it (``StepCostModel.tail_s``);
+* ragged batch changes ("rebatch", cells ``ragged join/drop bN``: :class:`mlxlab.sim.cells.RaggedCase`)
+  and first uses of a chunk size (``cold_chunks``: every record counts the chunks of a token count
+  the profile had not run before, warm-up included; :func:`mlxlab.sim.cells.cold_group` adds sizes
+  nothing else runs, each twice);
 * the host overhead ("overhead"): a short workload through :func:`mlxlab.core.runner.run_workload`
   under ``interleave``; the gaps between a step's end and the next step's start after steps
   that end inside ``Engine.step`` (run loop, scheduler state, policy: ``overhead_s``).
@@ -38,7 +42,7 @@ from __future__ import annotations
 import time
 from typing import Callable, Optional, Sequence
 
-from mlxlab.sim.cells import JoinCase, decode_group, overhead_run, prefill_group
+from mlxlab.sim.cells import JoinCase, RaggedCase, cold_group, decode_group, overhead_run, prefill_group
 from mlxlab.sim.fit import cell_medians, coefficients, fit_cost_model, fit_report
 from mlxlab.sim.profiles import PROFILE_DEFAULTS
 from mlxlab.sim.rig import Bench
@@ -105,6 +109,11 @@ def profile_device(model, *, prefill_tokens: Sequence[int] = PROFILE_DEFAULTS["p
             for case in cases:
                 JoinCase(bench, c, case).run()
             say(f"[profile] joins at context {c}, {cases}, repeat {r + 1}/{repeats} ({time.perf_counter() - t0:.1f} s)")
+    for r in range(repeats):  # changes of a ragged batch of two to four rows
+        RaggedCase(bench, max(joins) if joins else max(bench.decode_contexts)).run()
+    t0 = time.perf_counter()
+    cold_group(bench, min(contexts))  # last: a shape first met after all the others
+    say(f"[profile] ragged batches and cold chunks ({time.perf_counter() - t0:.1f} s)")
     if measure_overhead:
         overhead_run(bench, seed)
     grid = {"prefill_tokens": list(bench.prefill_tokens), "contexts": contexts,

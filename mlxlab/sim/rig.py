@@ -51,6 +51,10 @@ class Rig:
     def flush(self) -> None:
         self.eng.flush()
 
+    def decode_rows(self) -> int:
+        """How many rows the decode batch holds."""
+        return len(self.eng._decoding)
+
     def decode_width(self) -> int:
         """The key length of the decode batch: its longest row (prompt and tokens issued)."""
         return self.eng.decode_width
@@ -74,6 +78,7 @@ class Bench:
         self.records: List[dict] = []
         self.skipped: List[str] = []
         self.recording = True
+        self.sizes_run: set = set()  # chunk token counts (pad included) this profile has run, warm-up included
 
     @property
     def decode_steps(self) -> int:
@@ -103,8 +108,19 @@ class Bench:
             raise RuntimeError(f"profile step {plan} did not run")
         d = rec.as_dict()
         d.update(kind=kind, engine_duration_s=d["duration_s"], duration_s=dt,
-                 cell=cell or f"{kind} n{d['prefill_tokens']} c{d['prefill_context_tokens']}")
+                 cell=cell or f"{kind} n{d['prefill_tokens']} c{d['prefill_context_tokens']}",
+                 cold_chunks=self._cold(d["prefill_chunks"]))
         return d, t0
+
+    def _cold(self, chunks) -> int:
+        """How many of a step's chunks ([tokens, context(, pad)]) have a token count this profile
+        had not run before (``cold_chunks``: :mod:`mlxlab.core.costmodel`); they are warm from now on."""
+        cold = 0
+        for c in chunks:
+            size = int(c[0]) + (int(c[2]) if len(c) > 2 else 0)
+            cold += size not in self.sizes_run
+            self.sizes_run.add(size)
+        return cold
 
     def timed_alone(self, rig: Rig, plan: StepPlan, kind: str, cell: str) -> dict:
         """As :meth:`timed`, its tokens read at once: what the step costs with nothing in flight

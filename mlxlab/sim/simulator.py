@@ -43,6 +43,10 @@ decode-only step is marked done, and its tokens appended, when they are read one
   decodes and chunks is one forward charged ``predict(batch, kv, chunks, packed=True)`` as a
   whole (the decode's fixed cost rides on the chunks' forward; a cost model without ``packed``
   charges the two back to back); its chunks start with it and its tokens are read at its end;
+* first uses and ragged changes (with a cost model that has the terms): a chunk whose token count
+  (pad included) no earlier chunk of the run had is charged ``cold_chunks``, and a change of the
+  decode batch that leaves two or more rows of different lengths (a left-padded batch)
+  ``ragged_change_rows`` per row;
 * output tokens are a placeholder id (``output_token``, default 0); a stop id equal to
   ``output_token`` ends a request at its first token.
 
@@ -157,6 +161,9 @@ class Simulator(PlanExecutor):
         self._packed_kw = {"packed": True} if "packed" in params else {}
         self._padding_term = "decode_padding_tokens" in params
         self._joined_term = "joined" in params
+        self._ragged_term = "ragged" in params
+        self._cold_term = "cold_chunks" in params
+        self._sizes_run: set = set()  # token counts (pad included) of the chunks run so far: the warm ones
 
     @classmethod
     def for_model(cls, model, cost_model, /, **kwargs) -> "Simulator":
@@ -242,6 +249,8 @@ class Simulator(PlanExecutor):
             else:
                 d.kv += pad
         d.change = self._change_kw(join_tokens, drop_tokens, rec)
+        if d.change and self._ragged_term and len(contexts) > 1 and len(set(contexts)) > 1:
+            d.change["ragged"] = True  # the batch after the change is a left-padded one
         if rec.joined and self._joined_term:
             d.joined = {"joined": rec.joined}
         return d
@@ -249,8 +258,9 @@ class Simulator(PlanExecutor):
     def _packed(self, plan: StepPlan, d: _Decode, t: float, rec: StepRecord, factor: float) -> float:
         """One packed forward: the chunks start with it, the tokens come at its end."""
         chunks = [self._charged(self._seqs[i], n) for i, n in plan.prefill]
+        cold = self._cold(chunks)
         total = max(0.0, self.cost_model.predict(len(d.rows), d.kv, chunks, **d.change, **self._packed_kw,
-                                                 **d.padding, **d.joined))
+                                                 **d.padding, **d.joined, **self._cold_kw(sum(cold))))
         start = t if self._tail is None else max(t, self._busy_until)
         self._flush(read_at=t)  # the previous decode-only step's tokens, read after queueing this one
         for seq_id, n in plan.prefill:
@@ -286,9 +296,10 @@ class Simulator(PlanExecutor):
         prediction adds to its decode, shared out as each would cost alone."""
         cm = self.cost_model
         chunks = [self._charged(self._seqs[seq_id], n) for seq_id, n in plan.prefill]
-        total = (cm.predict(len(d.rows), d.kv, chunks, **d.padding)
+        cold = self._cold(chunks)
+        total = (cm.predict(len(d.rows), d.kv, chunks, **d.padding, **self._cold_kw(sum(cold)))
                  - (cm.predict(len(d.rows), d.kv, [], **d.padding) if d.rows else 0.0))
-        each = [max(0.0, cm.predict(0, 0, [c])) for c in chunks]
+        each = [max(0.0, cm.predict(0, 0, [c], **self._cold_kw(k))) for c, k in zip(chunks, cold)]
         scale = (max(0.0, total) / sum(each)) if sum(each) > 0 else 0.0
         for (seq_id, n), cost in zip(plan.prefill, each):
             self._chunk(self._seqs[seq_id], n, t, rec)
@@ -306,6 +317,19 @@ class Simulator(PlanExecutor):
         when the engine would run it padded."""
         pad = self._pad(seq, n)
         return (n, seq.prefilled, pad) if pad else (n, seq.prefilled)
+
+    def _cold(self, chunks: Sequence[tuple]) -> List[int]:
+        """1 for each chunk whose token count (pad included) no earlier chunk of this run had
+        (``cold_chunks``), which from now on is warm."""
+        out = []
+        for c in chunks:
+            size = int(c[0]) + (int(c[2]) if len(c) > 2 else 0)
+            out.append(0 if size in self._sizes_run else 1)
+            self._sizes_run.add(size)
+        return out
+
+    def _cold_kw(self, n: int) -> dict:
+        return {"cold_chunks": n} if (n and self._cold_term) else {}
 
     def _chunk(self, seq: SequenceState, n: int, t: float, rec: StepRecord) -> None:
         """Book a chunk of ``n`` prompt tokens starting at ``t``; a finished prefill becomes ready."""

@@ -25,7 +25,7 @@ import numpy as np
 from mlxlab.core.presets import DEFAULT_MAX_CONTEXT
 from mlxlab.core.runner import run_workload
 from mlxlab.core.workload import Workload
-from mlxlab.sim.fit import cell_medians, coefficients, fit_cost_model
+from mlxlab.sim.fit import cell_medians, coefficients, fit_cost_model, mark_cold_chunks
 from mlxlab.sim.simulator import Simulator
 from mlxlab.studies.sim_heldout import HeldOutCase
 
@@ -244,7 +244,9 @@ def rescore_validation(result, *, log: Optional[Callable[[str], None]] = None) -
     if not prof.get("records"):
         raise ValueError("this validation kept no profile records (it ran on a given profile): there is "
                          "nothing to fit again; run validate_simulator with a measured profile")
-    cms = [fit_cost_model(cell_medians(share), source=f"profile share {i + 1}, fitted again")
+    # a validation warms the profile up before its first share only (mark_cold_chunks)
+    cms = [fit_cost_model(cell_medians(mark_cold_chunks(share, warm=i == 0)),
+                          source=f"profile share {i + 1}, fitted again")
            for i, share in enumerate(profile_shares(prof["records"]))]
     saved = {(r["workload"], r["policy"], r["tenant"], r["metric"]): r for r in result["table"]}
     rows, period_tables = [], {}

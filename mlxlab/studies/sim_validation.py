@@ -33,7 +33,7 @@ from mlxlab.sim.measure import profile_device
 from mlxlab.sim.profiles import cost_model_from_dict
 from mlxlab.sim.simulator import Simulator
 from mlxlab.studies.sim_heldout import HeldOutCase, heldout_cases
-from mlxlab.studies.sim_claims import parameters, record_of_result, sim_accuracy_verdict
+from mlxlab.studies.sim_claims import parameters, record_of_result, validation_verdicts
 from mlxlab.studies.sim_scoring import (
     IDLE_GAP_S,
     STEP_COLUMNS,
@@ -45,7 +45,7 @@ from mlxlab.studies.sim_scoring import (
 )
 
 CELL_FIELDS = ("cell", "kind", "decode_batch", "decode_context_tokens", "decode_kv_tokens", "join_tokens",
-               "drop_tokens", "prefill_tokens", "prefill_context_tokens", "duration_s", "spread", "n")
+               "drop_tokens", "prefill_tokens", "prefill_context_tokens", "cold_chunks", "duration_s", "spread", "n")
 
 
 def validation_workloads(model, *, scale: float = 1.0, seed: int = 0) -> Dict[str, Workload]:
@@ -406,7 +406,8 @@ def validate_simulator(model, workloads: Optional[Dict[str, Workload]] = None,
     ``sentinels`` (``runs``: each sentinel's ITL p50 with what ran next; ``sim``: the simulator's
     sentinel on each share's cost model), ``config``, ``cost_model`` (the fingerprint and provenance of
     the cost models the simulator ran on: :func:`mlxlab.studies.sim_claims.cost_model_record`),
-    ``verdicts`` (``mlx-sim-accuracy``: :func:`mlxlab.studies.sim_claims.sim_accuracy_verdict`),
+    ``verdicts`` (``mlx-sim-accuracy``: :func:`mlxlab.studies.sim_claims.sim_accuracy_verdict`;
+    with held-out cases also ``mlx-sim-heldout``: :func:`mlxlab.studies.sim_claims.sim_heldout_verdict`),
     ``parameters``, ``wall_s``; with held-out cases ``heldout`` (``cases``: each one's spec,
     ``table`` and ``summary`` as for the standard rows, ``seed``); plus ``paths`` when saved.
     """
@@ -425,7 +426,7 @@ def validate_simulator(model, workloads: Optional[Dict[str, Workload]] = None,
                      "heldout": {"n": len(plan.heldout), "seed": plan.heldout_seed,
                                  "scale": scale if heldout_scale is None else heldout_scale}}
     out["cost_model"] = record_of_result({**out, "environment": {"git_commit": _git_commit()}})
-    out["verdicts"] = [sim_accuracy_verdict(out, out["cost_model"])]
+    out["verdicts"] = validation_verdicts(out, out["cost_model"])
     out["parameters"] = parameters(out, seed=seed, sentinel_tokens=sentinel_tokens, warmup=warmup,
                                    heldout=len(plan.heldout), heldout_seed=plan.heldout_seed,
                                    profile="measured in the run" if plan.measure_profile else
