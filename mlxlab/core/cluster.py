@@ -19,12 +19,12 @@ each, so two points never share a worker's core. The local cluster gives the res
 many workers as the machine has accelerators (its GPUs, or one for a CPU or an Apple GPU: the
 machine's one device), the other workers run simulator points only.
 
-**Why Dask and not Ray.** Dask distributed is pure Python (about 2 MiB of wheels with its
-dependencies) and installs from the same registry as everything else on the CPU CI, and can be
-carried to a GPU machine that has no registry inside the 64 MiB a device call takes
-(``scripts/device_wheels.sh``); Ray's wheel alone is larger than that and ships its own binaries
-(raylet, the GCS server). Both have per-worker custom resources; Dask's ``LocalCluster`` /
-``SpecCluster`` start in-process for tests, and a cluster is one ``dask scheduler`` and a
+**Why Dask and not Ray.** Dask distributed is pure Python: it installs from the same registry
+as everything else on the CPU CI, and the wheels the GPU image lacks (dask, distributed, tornado
+and five small ones) are about 3 MiB, which a device call carries inside its 64 MiB to a machine
+that has no registry (``scripts/device_wheels.sh``); Ray's wheel for one platform is tens of MiB
+of compiled binaries (its raylet and GCS server). Both have per-worker custom resources; Dask's
+``SpecCluster`` starts in-process for tests, and a cluster is one ``dask scheduler`` and a
 ``dask worker ADDRESS --nthreads 1 [--resources accelerator=1]`` per machine (or per GPU).
 """
 
