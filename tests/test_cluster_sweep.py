@@ -64,6 +64,7 @@ def test_a_simulator_study_on_a_local_cluster_gives_the_in_process_results_in_or
     prov = sweep.provenance()
     assert prov["scheduler"] == "local" and set(prov["environments"]) <= set(workers)
     json.dumps(prov)  # a results file can hold it: the slo point's cost model is stored by its source
+    assert len({p["sweep"] for p in prov["points"][before:]}) == 2  # the plane's call, then the crawl's
     slo = [p for p in prov["points"][before:] if str(p["params"][2]).startswith("slo")]
     assert slo and slo[0]["params"][3]["cost_model"] == here["profile"]["source"]
 

@@ -242,6 +242,7 @@ class Sweep:
         timeout_s = float(timeout_s or (LOCAL_START_S if self.local else CONNECT_TIMEOUT_S))
         self.progress, self.platform = progress, platform
         self.results: List[PointResult] = []  # every point run, over all calls, in the order they were asked
+        self._calls: List[str] = []  # per result: "<desc> #<call>", the run() call it came from
         self._cluster = start_local_cluster(n_workers, accelerators, timeout_s) if self.local else None
         if not self.local:
             _probe(str(address), timeout_s)
@@ -319,6 +320,7 @@ class Sweep:
             raise
         finally:
             bar.close()
+        self._calls.extend([f"{desc} #{len(set(self._calls)) + 1}"] * len(out))
         self.results.extend(out)
         return out
 
@@ -333,13 +335,15 @@ class Sweep:
 
     def provenance(self) -> dict:
         """What to store beside a sweep's results: the scheduler (``local`` or its address), the
-        workers, every point's :meth:`PointResult.record`, and each worker's provenance once
-        (``environments``: worker address -> block)."""
+        workers, every point's :meth:`PointResult.record` with the call it came from (``sweep``:
+        ``"<desc> #<n>"``, its ``index`` counts within that call), and each worker's provenance
+        once (``environments``: worker address -> block)."""
         envs: Dict[str, dict] = {}
         for r in self.results:
             envs.setdefault(r.worker, r.environment)
         return {"scheduler": "local" if self.local else self.address, "workers": self.workers(),
-                "points": [r.record() for r in self.results], "environments": envs}
+                "points": [{**r.record(), "sweep": c} for r, c in zip(self.results, self._calls)],
+                "environments": envs}
 
     def close(self) -> None:
         """Disconnect, and stop the local cluster if this sweep started it."""
