@@ -169,7 +169,7 @@ def start_local_cluster(n_workers: Optional[int] = None, accelerators: Optional[
 
     import dask
 
-    n = int(n_workers or os.cpu_count() or 1)
+    n = int(os.cpu_count() or 1) if n_workers is None else int(n_workers)
     if n < 1:
         raise ValueError(f"a local cluster needs at least 1 worker, got {n_workers}")
     acc = min(n, local_accelerators() if accelerators is None else int(accelerators))
@@ -247,7 +247,8 @@ class Sweep:
         if not self.local:
             _probe(str(address), timeout_s)
         try:
-            self.client = distributed.Client(self._cluster or address, timeout=f"{timeout_s}s", set_as_default=False)
+            self.client = distributed.Client(address if self._cluster is None else self._cluster,
+                                             timeout=f"{timeout_s}s", set_as_default=False)
             self.client.wait_for_workers(1, timeout=timeout_s)
         except (OSError, TimeoutError, distributed.TimeoutError) as e:
             if self._cluster is not None:
@@ -280,8 +281,8 @@ class Sweep:
         names = self.client.run(platform_name, workers=timed)
         distinct = sorted(set(names.values()))
         if len(distinct) > 1:
-            raise ValueError(f"the accelerator workers of {self.address} are on different platforms {distinct}: run one "
-                             f"kind of machine per sweep, or name the results folder with --platform")
+            raise ValueError(f"the accelerator workers of {self.address} are on different platforms {distinct}: run "
+                             f"one kind of machine per sweep, or name the results folder with --platform")
         return distinct[0]
 
     # ------------------------------------------------------------------ running points

@@ -81,7 +81,8 @@ def merge_points(results) -> Dict[str, dict]:
         best = alone[best_label] if best_label else float("nan")
         for s in settings.values():
             s["doc_ttft_over_best_alone"] = _div(s.get("doc_ttft_s"), best)
-            s["first_run"] = {**s["first_run"], "doc_ttft_over_best_alone": _div(s["first_run"].get("doc_ttft_s"), best)}
+            first_ttft = s["first_run"].get("doc_ttft_s")
+            s["first_run"] = {**s["first_run"], "doc_ttft_over_best_alone": _div(first_ttft, best)}
         first = rs[0].value
         out[name] = {"solo": first["solo"], "settings": settings, "best_alone_ttft_s": best,
                      "best_alone_setting": best_label, "model": first["model"],
