@@ -21,9 +21,10 @@ machine's one device), the other workers run simulator points only.
 
 **Why Dask and not Ray.** Dask distributed is pure Python: it installs from the same registry
 as everything else on the CPU CI, and the wheels the GPU image lacks (dask, distributed, tornado
-and five small ones) are about 3 MiB, which a device call carries inside its 64 MiB to a machine
+and six small ones) are about 3 MiB, little beside the 64 MiB a device call carries to a machine
 that has no registry (``scripts/device_wheels.sh``); Ray's wheel for one platform is tens of MiB
-of compiled binaries (its raylet and GCS server). Both have per-worker custom resources; Dask's
+of compiled binaries (its raylet and GCS server), more than a call has room for beside the tree
+and the mlx CUDA bundle. Both have per-worker custom resources; Dask's
 ``SpecCluster`` starts in-process for tests, and a cluster is one ``dask scheduler`` and a
 ``dask worker ADDRESS --nthreads 1 [--resources accelerator=1]`` per machine (or per GPU).
 """
