@@ -13,6 +13,7 @@ import argparse
 import json
 from pathlib import Path
 
+from mlxlab.cli.cluster import add_cluster_argument, seed_scale_on_cluster
 from mlxlab.cli.common import add_model_arguments, add_save_argument, positive_int
 from mlxlab.core.environment import platform_name
 from mlxlab.core.results import _git_commit, jsonable, platform_of, run_folder, save_results
@@ -47,6 +48,7 @@ def register(sub: argparse._SubParsersAction) -> None:
                             "paper/figures/)")
     add_save_argument(where, "data/results/sim-seed001/ and paper/figures/")
     ss.add_argument("--no-figure", action="store_true")
+    add_cluster_argument(ss, "the plane's and the crawl's simulator points")
     ss.set_defaults(func=cli_seed_scale)
 
 
@@ -290,8 +292,11 @@ def _rescore_verdicts(paths) -> int:
 def cli_seed_scale(args: argparse.Namespace) -> int:
     """The seed-001 study with the published profile: saved with its verdicts, which are printed
     with the calibration residuals; exit status 1 if a prediction is not reproduced."""
-    folder = args.out or (None if args.save else run_folder("sim-seed001"))  # None: the committed folders
-    res = seed_scale_study(save=True, figure=not args.no_figure, folder=folder, log=print)
+    if args.cluster:
+        res = seed_scale_on_cluster(args)
+    else:
+        folder = args.out or (None if args.save else run_folder("sim-seed001"))  # None: the committed folders
+        res = seed_scale_study(save=True, figure=not args.no_figure, folder=folder, log=print)
     print(format_claims(res))
     print(f"wrote {res.get('paths')}")
     return 1 if any(v["verdict"] == "not reproduced" for v in res["verdicts"]) else 0

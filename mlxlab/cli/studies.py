@@ -16,6 +16,7 @@ import json
 from pathlib import Path
 from typing import Optional
 
+from mlxlab.cli.cluster import add_cluster_argument, contention_on_cluster
 from mlxlab.cli.common import add_model_arguments, add_save_argument, positive_int
 from mlxlab.core.environment import mlx_env
 from mlxlab.core.results import results_dir, run_folder, save_results
@@ -147,6 +148,7 @@ def _add_bench_contention(bc: argparse.ArgumentParser) -> None:
                     help="decide the verdicts of a saved contention file again with this version's rules, in place "
                          "(nothing is run; marked rescored_by this commit), redraw its figure and stop")
     add_save_argument(bc, "data/results/PLATFORM/ and paper/figures/")
+    add_cluster_argument(bc, "each (model, setting) as one timed point, one at a time per accelerator")
     bc.set_defaults(func=cli_bench_contention)
 
 
@@ -159,6 +161,8 @@ def cli_bench_contention(args: argparse.Namespace) -> int:
 
     if args.rescore:
         return _rescore_contention(Path(args.rescore), args)
+    if args.cluster:
+        return contention_on_cluster(args, _earlier_presets, _contention_figure)
     plat = args.platform or platform_name()
     params = {k: getattr(args, k) for k in ("models", "bits", "dtype", "doc_tokens", "chat_context", "repeats",
                                             "settings", "warmup", "seed")}

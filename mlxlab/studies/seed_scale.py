@@ -12,6 +12,7 @@ ones it predicts are scored by :mod:`mlxlab.studies.seed_scale_verdict`.
 from __future__ import annotations
 
 import time
+from functools import partial
 from pathlib import Path
 from typing import Callable, List, Optional, Sequence, Union
 
@@ -153,7 +154,7 @@ def seed_scale_study(cost_model=None, *, chunk_sizes: Sequence[int] = (256, 512,
                      window_s: float = 1.0, stall_free_budgets: Sequence[int] = (256, 512, 1024, 2048),
                      slo_targets_s: Sequence[float] = (0.25, 0.5, 1.0), seed: int = 0, save: bool = False,
                      figure: bool = False, name: str = "seed_scale", folder: Union[None, str, Path] = None,
-                     log: Optional[Callable[[str], None]] = None) -> dict:
+                     log: Optional[Callable[[str], None]] = None, mapper: Callable = map) -> dict:
     """Seed 001 at its own scale in the simulator, with the published profile.
 
     Scenarios (all on the seed-001 cost model, no noise):
@@ -187,11 +188,13 @@ def seed_scale_study(cost_model=None, *, chunk_sizes: Sequence[int] = (256, 512,
     say(f"[seed] floor {floor_s:.2f} s; alone " + ", ".join(f"{c}: {t:.1f} s" for c, t in alone.items()))
     curves, plane = _curves_and_plane(sc, floor_s, max(alone.values()), chunk_sizes=chunk_sizes,
                                       stall_free_budgets=stall_free_budgets, slo_targets_s=slo_targets_s,
-                                      stall_chunk=stall_chunk, window_s=window_s, say=say)
+                                      stall_chunk=stall_chunk, window_s=window_s, say=say, mapper=mapper)
     crawl = {}
-    for label, pol, opts in _crawl_policies(window_s):
-        crawl[label] = st = crawl_case(sc, pol, opts, workers=workers, batch_prompt_tokens=batch_prompt_tokens,
-                                       stall_chunk=stall_chunk)
+    cases = _crawl_policies(window_s)
+    crawl_rows = mapper(partial(_crawl_point, sc, dict(workers=workers, batch_prompt_tokens=batch_prompt_tokens,
+                                                       stall_chunk=stall_chunk)), cases)
+    for (label, _, _), st in zip(cases, crawl_rows):
+        crawl[label] = st
         say(f"[seed] crawl {label:28s}: chat {st['tok_s']:.2f} tok/s, worst gap {st['itl_max_s']:.2f} s, "
             f"window {st['window_tok_s']:.1f} tok/s over {st['window_gaps']} gaps")
     doc_lo, doc_hi = seed001_figures()["doc_context_tokens"]["value"]
@@ -223,28 +226,35 @@ def seed_scale_study(cost_model=None, *, chunk_sizes: Sequence[int] = (256, 512,
     return out
 
 
-def _curves_and_plane(sc: SeedScenes, floor_s: float, longest_alone_s: float, *, chunk_sizes, stall_free_budgets,
-                      slo_targets_s, stall_chunk: int, window_s: float, say) -> tuple:
-    """The interleave trade-off curve over chunk sizes, and every policy's point on the plane."""
-    def point(policy, c, label, **opts):
-        return run_point(sc, policy, c, label, floor_s=floor_s, longest_alone_s=longest_alone_s, **opts)
+def _plane_point(sc: SeedScenes, floor_s: float, longest_alone_s: float, point: tuple) -> dict:
+    """One point of the plane, ``(policy, chunk, label, options)``: :func:`run_point` (a module-level
+    function, so a cluster's worker can be sent it)."""
+    policy, c, label, opts = point
+    return run_point(sc, policy, c, label, floor_s=floor_s, longest_alone_s=longest_alone_s, **opts)
 
+
+def _crawl_point(sc: SeedScenes, kw: dict, case: tuple) -> dict:
+    """One crawl case, ``(label, policy, options)``: :func:`crawl_case`."""
+    return crawl_case(sc, case[1], case[2], **kw)
+
+
+def _curves_and_plane(sc: SeedScenes, floor_s: float, longest_alone_s: float, *, chunk_sizes, stall_free_budgets,
+                      slo_targets_s, stall_chunk: int, window_s: float, say, mapper: Callable = map) -> tuple:
+    """The interleave trade-off curve over chunk sizes, and every policy's point on the plane."""
+    points = [("interleave", c, f"interleave {c}", {}) for c in chunk_sizes]
+    points += [("stall_free", 4096, f"stall_free {b}", {"token_budget": int(b)}) for b in stall_free_budgets]
+    points += [("slo", 4096, f"slo {tgt:g} s", {"itl_target_s": float(tgt), "min_chunk": 64, "max_chunk": 4096,
+                                                "cost_model": sc.cm}) for tgt in slo_targets_s]
+    points += [("admission_gate", c, f"admission_gate {c}", dict(GATE)) for c in (512, stall_chunk)]
+    points.append(("admission_gate_window", stall_chunk, f"gate+window {window_s:g} s, {stall_chunk}",
+                   {"window_s": window_s, **GATE}))
     curves, plane = [], []
-    for c in chunk_sizes:
-        row = point("interleave", c, f"interleave {c}")
-        curves.append(row)
+    for (policy, c, _, _), row in zip(points, mapper(partial(_plane_point, sc, floor_s, longest_alone_s), points)):
         plane.append(row)
-        say(f"[seed] interleave {c:5d}: TTFT {row['long_ttft_s']:6.1f} s (+{row['premium']:.0%}), chat gap p50 "
-            f"{row['itl_p50_s']:.3f} s p99 {row['itl_p99_s']:.3f} s, {row['tok_s']:.2f} tok/s")
-    for b in stall_free_budgets:
-        plane.append(point("stall_free", 4096, f"stall_free {b}", token_budget=int(b)))
-    for tgt in slo_targets_s:
-        plane.append(point("slo", 4096, f"slo {tgt:g} s", itl_target_s=float(tgt), min_chunk=64, max_chunk=4096,
-                           cost_model=sc.cm))
-    for c in (512, stall_chunk):
-        plane.append(point("admission_gate", c, f"admission_gate {c}", **GATE))
-    plane.append(point("admission_gate_window", stall_chunk, f"gate+window {window_s:g} s, {stall_chunk}",
-                       window_s=window_s, **GATE))
+        if policy == "interleave":
+            curves.append(row)
+            say(f"[seed] interleave {c:5d}: TTFT {row['long_ttft_s']:6.1f} s (+{row['premium']:.0%}), chat gap p50 "
+                f"{row['itl_p50_s']:.3f} s p99 {row['itl_p99_s']:.3f} s, {row['tok_s']:.2f} tok/s")
     return curves, plane
 
 
