@@ -99,7 +99,7 @@ def measured_chart(doc: Mapping) -> alt.HConcatChart:
     if len(tf):
         fit = ((_verdict(doc, "mlx-disagg-sim") or {}).get("measured") or {}).get("transfer_fit")
         pts = alt.Chart(tf).mark_point(filled=True, size=45).encode(
-            x=alt.X("mib:Q", title="KV sent (MiB)"), y=alt.Y("ms:Q", title="transfer (ms)"),
+            x=alt.X("mib:Q", title="KV sent (MiB)", axis=alt.Axis(tickCount=5)), y=alt.Y("ms:Q", title="transfer (ms)"),
             color=alt.Color("prompt:N", title="prompt", scale=alt.Scale(range=[PALETTE[3], PALETTE[4]])),
             shape=alt.Shape("setting:N", title=None), tooltip=["setting", "prompt", alt.Tooltip("mib:Q", format=".2f"),
                                                                 alt.Tooltip("ms:Q", format=".1f")])

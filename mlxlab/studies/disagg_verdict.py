@@ -127,6 +127,17 @@ def chat_itl_verdict(doc: Mapping) -> Dict:
                  f"{_r(cpu['disagg'], 1)}).")
 
 
+def profile_grid(config: Mapping, repeats: int = 2) -> dict:
+    """:func:`mlxlab.sim.measure.profile_device`'s grid for a run of this study without a committed
+    profile (the notebook measures one, a few seconds on ``tiny``): the run's chunk and a quarter of
+    it after no context and after most of the document, decodes of one and two rows at the chat's
+    and the document's context. Store the fitted model as the results' ``profile`` (:func:`sim_verdict`
+    reads it)."""
+    c, doc, chat = int(config["chunk_size"]), int(config["doc_tokens"]), int(config["chat_context"])
+    return {"prefill_tokens": (max(1, c // 4), c), "contexts": (0, max(c, doc - c)), "decode_batches": (1, 2),
+            "decode_contexts": (chat, doc), "repeats": repeats, "fill_chunk": c}
+
+
 def _profile(doc: Mapping, platform: Optional[str]):
     """The cost model the topology is scored on: the one the run stored (``profile``), else the
     committed ``data/profiles/<platform>-<model>.json``; (cost model or None, its name)."""
