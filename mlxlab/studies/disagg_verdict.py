@@ -69,7 +69,7 @@ def exact_verdict(doc: Mapping) -> Dict:
             "generate_step on tiny.")
     if not singles or not splits:
         return verdict("mlx-disagg-exact", "not measured", measured=None,
-                       rule=rule + " This file's runs store no tokens (they were measured before the study kept them).",
+                       rule="This file's runs store no tokens (they were measured before the study kept them). " + rule,
                        fairness=fair)
     ref = singles[0]  # the other single-engine repeats are compared with it too
     pairs = [("single", i, s) for i, s in enumerate(singles[1:], 1)] + splits
@@ -116,15 +116,18 @@ def chat_itl_verdict(doc: Mapping) -> Dict:
                                           for k in ("single", "disagg")}}
     if runs.get("disagg-busywait"):
         measured["busywait_chat_itl_p99_ms"] = _spread(_vals(runs["disagg-busywait"], "chat_itl_p99_ms"))
+    cpu = {k: _r(statistics.median(_vals(runs[k], "cpu_s_total")), 2) if _vals(runs[k], "cpu_s_total") else None
+           for k in ("single", "disagg")}
+    loads = [x["loadavg"][0] for x in doc.get("load") or [] if x.get("loadavg")]
+    measured.update(cpu_s_median=cpu, load_1min=[_r(min(loads), 2), _r(max(loads), 2)] if loads else None)
     ok = math.isfinite(ratio) and ratio <= ITL_GAIN_X and separated
-    cpu = {k: (doc.get("summary") or {}).get(k, {}).get("cpu_s_total", {}).get("median") for k in ("single", "disagg")}
     return verdict(
         "mlx-disagg-chat-itl", "reproduced" if ok else "not reproduced", measured=measured, rule=rule,
         fairness=f"The same workload (random prompt ids, one seed) and model preset on both sides, launched alike. "
                  f"{_machine(doc)}. Two processes on one host are not two machines: the prefill worker's compute "
                  f"competes with the decode worker's for the same cores, so the document's TTFT measures the shared "
-                 f"cores' wall time (CPU seconds per run, median: one engine {_r(cpu['single'], 1)}, the two processes "
-                 f"{_r(cpu['disagg'], 1)}).")
+                 f"cores' wall time (CPU seconds per run, median: one engine {cpu['single']}, the two processes "
+                 f"{cpu['disagg']}).")
 
 
 def profile_grid(config: Mapping, repeats: int = 2) -> dict:
