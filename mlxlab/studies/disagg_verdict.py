@@ -246,7 +246,9 @@ def seed_verdict(doc: Mapping, *, seed: Optional[Mapping] = None) -> Dict:
                                                           "warm_turn_ttft_s", "batch_ttft_p50_s",
                                                           "batch_last_first_token_s")} for k, v in st.items()},
                 "transfer": {k: seed["transfer"][k] for k in ("latency_s", "s_per_byte")},
-                "kv_bytes_per_token": seed["kv_bytes_per_token"]}
+                "kv_bytes_per_token": seed["kv_bytes_per_token"],
+                "scene": {k: seed["scene"][k] for k in ("chat_context_tokens", "batch_prompt_tokens", "chunk_size",
+                                                         "turn_tokens", "window_s")}}
     return verdict(
         "s001-own-compute", "reproduced" if ok else "not reproduced", measured=measured, rule=rule,
         fairness="A simulation of the case study's machine (derived from its published figures), not a measurement: "
