@@ -218,3 +218,16 @@ def test_bench_disagg_stores_its_verdicts_with_the_measurement(scratch, monkeypa
     out = json.loads((scratch / "results" / "scratch" / "disagg.json").read_text())
     assert out["parameters"]["model"] == "tiny" and len(out["verdicts"]) == 4
     assert (scratch / "figures" / "scratch" / "disagg.png").stat().st_size > 0
+
+
+def test_a_prefill_that_ends_after_the_decode_side_went_idle_is_still_handed_off():
+    """The last prompt's prefill ends when the decode simulator has nothing left (the chat that
+    triggered it is done): it still travels."""
+    from mlxlab.studies.disagg_sim import simulate_disagg
+
+    work = [{"prompt": list(range(1, 6)), "max_tokens": 2},
+            {"prompt": list(range(1, 400)), "max_tokens": 3, "after": [0, 1]}]
+    reqs, moves = simulate_disagg("cpu-small", work, model="tiny", transfer={"latency_s": 0.001, "s_per_byte": 0.0},
+                                  chunk_size=64)
+    assert sorted(reqs) == sorted(moves) == [0, 1]
+    assert len(reqs[1].output_tokens) == 3 and reqs[1].token_times_s[0] >= moves[1]["arrives_s"]

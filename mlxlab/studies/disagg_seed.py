@@ -24,6 +24,7 @@ No MLX is needed to run it, but :mod:`mlxlab.studies.disagg_sim` reads the workl
 
 from __future__ import annotations
 
+import math
 import random
 from typing import Dict, Optional, Sequence
 
@@ -90,8 +91,8 @@ def seed_workload(scene: dict, solo_itl_s: float, batch_s: float) -> tuple:
     streaming chat (0), the batch prompts (1..W, arriving once the chat has ``warm_tokens``
     tokens, smallest first), the warm session's next turn (W+1, arriving with them); the chat is
     cancelled ``after_tokens`` tokens after the largest batch prompt is done and asks for enough
-    tokens to stream through ``batch_s`` seconds three times over. Returns (workload, the warm
-    session's cached context)."""
+    tokens to stream through ``batch_s`` seconds (the batch's prefill) three times over. Returns
+    (workload, the warm session's cached context)."""
     rng = random.Random(scene["seed"])
 
     def prompt(n):
@@ -142,7 +143,9 @@ def seed_disagg_study(transfer: dict, *, cost_model=None, settings: Sequence[str
     cm = cost_model or seed001_cost_model()
     kv_bytes = int(seed001_figures()["kv_kb_per_token"]["value"] * 1000)
     solo = float(cm.predict(1, sc["chat_context_tokens"] + 1, []))
-    batch_s = sum(float(cm.predict(0, 0, [(n, 0)])) for n in sc["batch_prompt_tokens"])  # one chunk each: a floor
+    # the batch's prefill in one chunk each (a floor), and a gate's decode window after every chunk
+    chunks = sum(math.ceil(n / sc["chunk_size"]) for n in sc["batch_prompt_tokens"])
+    batch_s = sum(float(cm.predict(0, 0, [(n, 0)])) for n in sc["batch_prompt_tokens"]) + chunks * sc["window_s"]
     work, cached = seed_workload(sc, solo, batch_s)
     model = {"vocab_size": VOCAB, "max_position_embeddings": MAX_CONTEXT}
     n_batch = len(sc["batch_prompt_tokens"])

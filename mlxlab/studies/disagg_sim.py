@@ -144,7 +144,7 @@ def simulate_disagg(profile, workload: List[dict], *, model, transfer: dict, pol
         pre.finished.clear()
         inflight.sort(key=lambda x: x[0])
 
-    while pre.has_work or dec.has_work or inflight or trig.pending:
+    while pre.has_work or pre.finished or dec.has_work or inflight or trig.pending:  # finished: not yet handed off
         hand_offs()
         while inflight and inflight[0][0] <= dec.now():
             t, i, req = inflight.pop(0)
