@@ -1,5 +1,6 @@
 """``mlxlab bench disagg``: the chat beside a document on one engine against a prefill worker and
-a decode worker in two processes over mlx's ring backend (:mod:`mlxlab.studies.disagg`).
+a decode worker in two processes over mlx's ring backend (:mod:`mlxlab.studies.disagg`), with
+its verdicts (:mod:`mlxlab.studies.disagg_verdict`); ``--simulate`` and ``--rescore`` run nothing.
 
 Building the parser loads no MLX; the study launches its own processes.
 """
@@ -7,6 +8,8 @@ Building the parser loads no MLX; the study launches its own processes.
 from __future__ import annotations
 
 import argparse
+from pathlib import Path
+from typing import Optional
 
 from mlxlab.cli.common import add_save_argument, positive_int
 
@@ -37,7 +40,11 @@ def register_bench(bsub: argparse._SubParsersAction) -> None:
                     help="run nothing: simulate the measured disagg.json (default: the committed one) on --profile, "
                          "one engine and the two workers with its fitted KV transfer, and write disagg_sim.json")
     bd.add_argument("--profile", default="cpu-small", help="the simulator's cost profile (with --simulate)")
-    add_save_argument(bd)
+    bd.add_argument("--rescore", default=None, metavar="JSON",
+                    help="run nothing: decide the verdicts of a saved disagg.json again with this version's rules, in "
+                         "place (the simulations run again on its stored runs; marked rescored_by this commit), "
+                         "redraw its figure and stop")
+    add_save_argument(bd, "data/results/PLATFORM/ and paper/figures/")
     bd.set_defaults(func=cli_bench_disagg)
 
 
@@ -47,8 +54,11 @@ def cli_bench_disagg(args: argparse.Namespace) -> int:
     from mlxlab.core.environment import platform_name
     from mlxlab.core.results import run_folder, save_results
     from mlxlab.studies.disagg import format_table, run_study
+    from mlxlab.studies.disagg_verdict import verdicts
 
     plat = args.platform or platform_name()
+    if args.rescore:
+        return _rescore(Path(args.rescore), args)
     if args.simulate is not None:
         return _simulate(args, plat)
     params = {k: getattr(args, k) for k in ("model", "dtype", "doc_tokens", "chat_context", "doc_max_tokens",
@@ -61,14 +71,56 @@ def cli_bench_disagg(args: argparse.Namespace) -> int:
                     repeats=args.repeats, rounds=args.rounds, threads=args.threads, seed=args.seed,
                     settings=args.settings)
     print(format_table(res), flush=True)
-    path = save_results("disagg", res, platform=plat, folder=run_folder(plat, args.save), parameters=params)
-    print(f"wrote {path}")
+    vs = verdicts(res, platform=plat)
+    folder = run_folder(plat, args.save)
+    path = save_results("disagg", res, platform=plat, folder=folder, verdicts=vs, parameters=params)
+    figures = _figure({**res, "verdicts": vs}, plat, None if args.save else folder)
+    _print_verdicts(vs)
+    print(f"wrote {path}" + "".join(f", {p}" for p in figures))
+    return 0
+
+
+def _print_verdicts(vs) -> None:
+    from mlxlab.core.claims import measured_text
+
+    for v in vs:
+        print(f"[{v['verdict']}] {v['claim']}: {measured_text(v['measured'])}")
+
+
+def _figure(doc: dict, plat: str, folder: Optional[Path]) -> list:
+    """The study's figure as disagg.svg/.png in ``folder`` (default: paper/figures/, or its
+    <platform>/ folder off the CPU, where the notebooks' saved runs put theirs); [] (with a line
+    saying why) when it cannot be drawn, so a figure never loses the numbers."""
+    try:
+        from mlxlab.notebook.plots import save_figure  # altair: only for the figure
+        from mlxlab.studies.disagg_charts import disagg_chart
+        from mlxlab.studies.sim_charts import FIGURES
+
+        return save_figure(disagg_chart(doc, plat), "disagg", folder or (FIGURES if plat == "cpu" else FIGURES / plat))
+    except Exception as e:  # noqa: BLE001 - reported, the results are already written
+        print(f"[bench disagg] no figure: {e!r}", flush=True)
+        return []
+
+
+def _rescore(path: Path, args: argparse.Namespace) -> int:
+    """``--rescore``: the saved file's verdicts decided again from its stored runs, in place."""
+    import json
+
+    from mlxlab.core.results import platform_of, run_folder
+    from mlxlab.studies.disagg_verdict import rescore_file
+
+    if not path.is_file():
+        raise SystemExit(f"no results file {path}: name a saved disagg.json")
+    vs = rescore_file(path)
+    plat = args.platform or platform_of(path)
+    figures = _figure(json.loads(path.read_text()), plat, None if args.save else run_folder(plat, False))
+    _print_verdicts(vs)
+    print(f"rescored {path}" + "".join(f", {p}" for p in figures))
     return 0
 
 
 def _simulate(args: argparse.Namespace, plat: str) -> int:
     import json
-    from pathlib import Path
 
     from mlxlab.core.results import results_dir, run_folder, save_results
     from mlxlab.studies.disagg_sim import validate

@@ -12,14 +12,14 @@ times on fresh engines and the last round (warm: every shape met) is measured. T
 alternate the settings, so drift in a shared machine hits both alike.
 
 Per run: the chat's ITL p50/p99 over its gaps overlapping [document arrival, document first
-token] (contention's window), the document's TTFT (on the disaggregated side as the decode
-worker reads the first token, and as the prefill worker computed it), per prompt the KV bytes and
-transfer seconds (the prefill worker's send start to the decode worker's receipt, one host clock),
-and throughput per device: every prompt and output token over the run's span (first arrival to
-last finish) and the number of processes, with each process's busy share (its steps' seconds over
-the span), and the CPU seconds each process spent in the round (``time.process_time``: every
-thread's, mlx's ring threads too), which a machine shared with other work does not inflate as it
-inflates wall time.
+token] (contention's window), both requests' greedy tokens (as the decode side read them), the
+document's TTFT (on the disaggregated side as the decode worker reads the first token, and as
+the prefill worker computed it), per prompt the KV bytes and transfer seconds (the prefill
+worker's send start to the decode worker's receipt, one host clock), and throughput per
+device: every prompt and output token over the run's span (first arrival to last finish) and the
+number of processes, with each process's busy share (its steps' seconds over the span), and the
+CPU seconds each process spent in the round (``time.process_time``: every thread's, mlx's ring
+threads too), which a machine shared with other work does not inflate as it inflates wall time.
 
 Importing this module loads no MLX: everything that does runs in the launched processes.
 """
@@ -181,6 +181,7 @@ def run_figures(files: Dict[str, dict]) -> dict:
            "span_s": span1 - span0, "tokens": tokens, "devices": devices,
            "tokens_per_s_per_device": tokens / (span1 - span0) / devices, "busy_share": busy,
            "gaps_ms": [round(1e3 * g, 3) for g in window], "chat_tokens": len(tt),
+           "output_tokens": {"chat": chat["output_tokens"], "doc": doc["output_tokens"]},
            "env": decode.get("env"), "blas": decode.get("blas"),
            "ring_wait_duty_cycle_s": decode.get("ring_wait_duty_cycle_s")}
     cpu = {"decode" if devices == 2 else "single": last["cpu_s"]}

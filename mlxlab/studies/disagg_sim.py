@@ -89,13 +89,15 @@ class DecodeSim(Simulator):
         return req
 
 
-def simulate_single(profile, workload: List[dict], *, model: str, policy: str = "interleave",
-                    chunk_size: int = 512) -> Dict[int, object]:
-    """The workload on one simulated engine, triggers checked between steps: index -> request."""
+def simulate_single(profile, workload: List[dict], *, model, policy: str = "interleave",
+                    chunk_size: int = 512, sim_cls=Simulator, **options) -> Dict[int, object]:
+    """The workload on one simulated engine, a ``sim_cls`` built with ``options`` (policy options,
+    and a subclass's own), triggers checked between steps: index -> request. ``model``: a preset
+    name or a config dict."""
     from mlxlab.engine.disagg import Triggers, check_workload
 
     work = check_workload(workload)
-    sim = Simulator.for_model(model, profile, policy=policy, chunk_size=chunk_size)
+    sim = sim_cls.for_model(model, profile, policy=policy, chunk_size=chunk_size, **options)
     trig, reqs = Triggers(work), {}
     for i, r in enumerate(work):
         if r["after"] is None:
@@ -110,17 +112,20 @@ def simulate_single(profile, workload: List[dict], *, model: str, policy: str = 
     return reqs
 
 
-def simulate_disagg(profile, workload: List[dict], *, model: str, transfer: dict, policy: str = "interleave",
-                    chunk_size: int = 512, dtype_bytes: int = 4) -> tuple:
-    """The workload on a simulated prefill worker and decode worker (module docstring). Returns
-    (index -> the decode side's request, index -> {bytes, transfer_s, first_s, arrival at the
-    decode worker})."""
+def simulate_disagg(profile, workload: List[dict], *, model, transfer: dict, policy: str = "interleave",
+                    chunk_size: int = 512, dtype_bytes: int = 4, kv_bytes: Optional[int] = None,
+                    prefill_cls=PrefillSim, **options) -> tuple:
+    """The workload on a simulated prefill worker (a ``prefill_cls`` built with ``options``:
+    policy options, and a subclass's own) and decode worker (module docstring). ``model``: a
+    preset name, or a config dict with ``kv_bytes`` (KV bytes per prompt position; default from
+    the preset). Returns (index -> the decode side's request, index -> {bytes, transfer_s,
+    first_s, arrival at the decode worker})."""
     from mlxlab.engine.disagg import Triggers, check_workload
 
     work = check_workload(workload)
-    pre = PrefillSim.for_model(model, profile, policy=policy, chunk_size=chunk_size)
+    pre = prefill_cls.for_model(model, profile, policy=policy, chunk_size=chunk_size, **options)
     dec = DecodeSim.for_model(model, profile, policy="interleave", chunk_size=chunk_size)
-    per_token = kv_bytes_per_token(model, dtype_bytes)
+    per_token = kv_bytes if kv_bytes is not None else kv_bytes_per_token(model, dtype_bytes)
     trig, reqs, moves, index_of, inflight = Triggers(work), {}, {}, {}, []
     for i, r in enumerate(work):
         if r["after"] is None:
@@ -139,7 +144,7 @@ def simulate_disagg(profile, workload: List[dict], *, model: str, transfer: dict
         pre.finished.clear()
         inflight.sort(key=lambda x: x[0])
 
-    while pre.has_work or dec.has_work or inflight or trig.pending:
+    while pre.has_work or pre.finished or dec.has_work or inflight or trig.pending:  # finished: not yet handed off
         hand_offs()
         while inflight and inflight[0][0] <= dec.now():
             t, i, req = inflight.pop(0)
