@@ -71,8 +71,9 @@ def h200_entries() -> List[Entry]:
         Entry("04", None, {"models": list(PRESETS), "bits": 4}, 360.0),
         Entry("05", None, {"model_name": "qwen2.5-coder-1.5b", "bits": 4}, 360.0),
         Entry("07", None, {}, 150.0),
+        Entry("08", None, {}, 200.0),  # two processes (mlx.launch, ring backend on loopback) on one GPU
     ]
-    order = {"00": 0, "01": 1, "02": 2, "03": 3, "04": 4, "05": 5, "06": 6, "07": 7}
+    order = {"00": 0, "01": 1, "02": 2, "03": 3, "04": 4, "05": 5, "06": 6, "07": 7, "08": 8}
     return sorted(out, key=lambda e: (order[e.notebook], PRESETS.index(e.preset) if e.preset else -1))
 
 
