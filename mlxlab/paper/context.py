@@ -261,9 +261,16 @@ class ResultsStore:
         return sorted(p.name for p in self.results.iterdir() if p.is_dir())
 
     def files(self, platform: str) -> List[Path]:
-        """The results files of one platform (not its quick runs or exported notebooks)."""
+        """The results files of one platform (not its quick runs, run folders or exported
+        notebooks): its own files, then those of its notebook campaign (``campaign/``, one folder
+        per preset; :mod:`mlxlab.notebook.campaign`), without the campaign's log."""
         folder = self.results / platform
-        return sorted(p for p in folder.glob("*.json")) if folder.is_dir() else []
+        if not folder.is_dir():
+            return []
+        camp = folder / "campaign"
+        extra = sorted(p for p in camp.rglob("*.json") if p.name != "campaign.json" and "executed" not in p.parts
+                       ) if camp.is_dir() else []
+        return sorted(folder.glob("*.json")) + extra
 
     def load(self, path: Path, use: bool = True) -> dict:
         path = Path(path)
@@ -333,10 +340,10 @@ class ResultsStore:
         found = self.stored_verdicts(platform).get(claim_id, [])
         exps = list(self.claims()[claim_id].experiments) if claim_id in self.claims() else []
 
-        def rank(item):
-            stem = item[0].stem
+        def rank(item):  # a platform's own files before its notebook campaign's
+            stem, camp = item[0].stem, "campaign" in item[0].parent.parts
             exact = [i for i, e in enumerate(exps) if stem == e]
-            return (0, exact[0], stem) if exact else (1, len(exps), stem)
+            return (camp, 0, exact[0], str(item[0])) if exact else (camp, 1, len(exps), str(item[0]))
 
         return sorted(found, key=rank)
 

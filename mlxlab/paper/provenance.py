@@ -92,8 +92,10 @@ def provenance_rows(store: ResultsStore, paths: Optional[Dict[str, Path]] = None
         device = " ".join(str(x) for x in (env.get("device_name"), f"({env['device']})" if env.get("device") else None) if x)
         rows.append({
             "file": label, "platform": env.get("platform") or path.parent.name, "device": device or "not recorded",
-            "commit": env.get("git_commit") or "not recorded",
-            "dirty": {True: "yes", False: "no"}.get(env.get("git_dirty"), "not recorded"),
+            # a device copy has no .git of its own: the commit its caller declared (MLXLAB_SOURCE_COMMIT)
+            "commit": (env.get("source_commit") or "")[:9] or env.get("git_commit") or "not recorded",
+            "dirty": "declared" if env.get("source_commit") else
+                     {True: "yes", False: "no"}.get(env.get("git_dirty"), "not recorded"),
             "mlx": env.get("mlx") or "?", "mlx_lm": env.get("mlx_lm") or "?", "blas": env.get("blas") or "?",
             "mlx_env": (", ".join(f"{k}={v}" for k, v in sorted(mlx_env.items())) or "none") if isinstance(mlx_env, dict)
                        else "not recorded",

@@ -88,7 +88,17 @@ class Helpers:
         return {"r": s.r, "verdict": s.verdict, "has_verdict": s.has_verdict, "claim": s.claim,
                 "claims_of": lambda *exps: experiment_claims(s, exps), "figure": self.figure,
                 "scorecard": self.scorecard, "tally": self.tally, "provenance": lambda: _PROVENANCE,
-                "appendix": self.appendix, "platforms": lambda: columns(s), "claim_ids": lambda: list(s.claims())}
+                "appendix": self.appendix, "platforms": lambda: columns(s), "claim_ids": lambda: list(s.claims()),
+                "campaign_pending": self.campaign_pending}
+
+    def campaign_pending(self, platform: str) -> List[str]:
+        """Keys of the platform's notebook-campaign entries with no successful run in its log
+        (``data/results/<platform>/campaign/campaign.json``; every entry when there is none)."""
+        from mlxlab.notebook.campaign import entries
+
+        log = self.store.results / platform / "campaign" / "campaign.json"
+        done = {r["key"] for r in self.store.load(log)["runs"] if r["status"] == "ok"} if log.is_file() else set()
+        return [e.key for e in entries(platform) if e.key not in done]
 
     def inline(self, text: str) -> str:
         if self._md is None:
@@ -240,8 +250,13 @@ def build(out: Optional[Path] = None, *, template: Optional[Path] = None, store:
 
 
 def figure_names(text: str) -> List[str]:
-    """The figure names a template source calls ``figure("name", ...)`` with."""
-    return re.findall(r"figure\(\s*[\"']([^\"']+)[\"']", text)
+    """The figures a template source calls ``figure("name", ..., platform="p")`` with, as paths
+    under ``paper/figures/`` without the suffix (``name`` or ``p/name``)."""
+    out = []
+    for m in re.finditer(r"figure\(\s*[\"']([^\"']+)[\"'](.*?)\)\s*\}\}", text, re.S):
+        plat = re.search(r"platform\s*=\s*[\"']([^\"']+)[\"']", m.group(2))
+        out.append(f"{plat.group(1)}/{m.group(1)}" if plat else m.group(1))
+    return out
 
 
 #: a number followed by a unit, as the project's before-stop hook counts typed figures

@@ -64,12 +64,19 @@ def _cell(entries: List[Dict]) -> str:
     if not entries:
         return f"*{NOT_RUN}*"
     first, rest = entries[0], entries[1:]
-    name = lambda e: html.escape(e["file"].rsplit("/", 1)[-1])  # noqa: E731
+    name = lambda e: html.escape(_short(e["file"]))  # noqa: E731
     text = (f"**{html.escape(str(first['verdict']))}**<br>{_escape(measured_text(first['measured'], limit=3))}"
             f"<br><small>{name(first)}</small>")
     if rest:
         text += "<br><small>also: " + "; ".join(f"{name(e)} {html.escape(str(e['verdict']))}" for e in rest) + "</small>"
     return text
+
+
+def _short(label: str) -> str:
+    """A results file as a cell names it: its name, with the campaign folder (and preset) where it
+    has one (``campaign/llama-3.2-1b/overview_bench.json``)."""
+    parts = label.split("/")
+    return "/".join(parts[parts.index("campaign"):]) if "campaign" in parts else parts[-1]
 
 
 def _escape(text: str) -> str:
