@@ -6,6 +6,7 @@ import argparse
 import sys
 from pathlib import Path
 
+from mlxlab.notebook.campaign import __doc__ as campaign_doc
 from mlxlab.notebook.reproduce import ReproduceError, parse_params, reproduce
 
 REPRODUCE_HELP = """\
@@ -51,7 +52,7 @@ def register(sub: argparse._SubParsersAction) -> None:
     rp.set_defaults(func=cli_reproduce)
 
     cp = sub.add_parser("campaign", help="a platform's full notebook runs split across device calls (plan, run, collect)",
-                        description=(__import__("mlxlab.notebook.campaign", fromlist=["x"]).__doc__ or ""),
+                        description=campaign_doc,
                         formatter_class=argparse.RawDescriptionHelpFormatter)
     csub = cp.add_subparsers(dest="campaign_cmd", required=True)
     c1 = csub.add_parser("plan", help="the entries, what the log says of each, and the pending ones split into calls")

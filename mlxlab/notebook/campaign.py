@@ -31,6 +31,8 @@ from pathlib import Path
 from typing import Dict, List, Optional, Sequence
 
 from mlxlab.core.paths import ROOT
+from mlxlab.core.results import _git_commit  # the commit every results file records
+from mlxlab.notebook.reproduce import export_notebook_html
 
 PRESETS = ("qwen2.5-0.5b", "llama-3.2-1b", "qwen2.5-coder-1.5b")  # the seeds' presets, 4-bit weights
 ARCHIVE = "campaign.tar.gz"
@@ -128,10 +130,10 @@ def split_calls(todo: Sequence[Entry], runs: Sequence[dict], budget_s: float) ->
     """The pending entries in order, packed into calls of at most ``budget_s`` expected seconds
     each (an entry expected to take longer than one call gets a call of its own)."""
     calls: List[List[Entry]] = []
-    used = budget_s
+    used = 0.0
     for e in todo:
         t = expected_s(e, runs)
-        if used + t > budget_s or not calls:
+        if not calls or used + t > budget_s:
             calls.append([])
             used = 0.0
         calls[-1].append(e)
@@ -139,7 +141,7 @@ def split_calls(todo: Sequence[Entry], runs: Sequence[dict], budget_s: float) ->
     return calls
 
 
-def _pack(platform: str, out: Path, written: Sequence[Path]) -> Path:
+def _pack(out: Path, written: Sequence[Path]) -> Path:
     """One archive of everything this call wrote, paths relative to the checkout (rewritten
     atomically after each entry, so a call cut short still returns what finished)."""
     tmp = out / (ARCHIVE + ".part")
@@ -169,9 +171,9 @@ def run(platform: str, budget_s: float, *, call: str, only: Optional[Sequence[st
     t_end = time.monotonic() + budget_s
     mine, written = [], []
     for e in todo:
-        left = t_end - time.monotonic()
-        if expected_s(e, runs) > left:
-            print(f"campaign: {e.key} expects {expected_s(e, runs):.0f} s, {left:.0f} s left: stopping", flush=True)
+        left, want = t_end - time.monotonic(), expected_s(e, runs)
+        if want > left:
+            print(f"campaign: {e.key} expects {want:.0f} s, {left:.0f} s left: stopping", flush=True)
             break
         f = folders(e, platform)
         f["executed"].parent.mkdir(parents=True, exist_ok=True)
@@ -190,7 +192,7 @@ def run(platform: str, budget_s: float, *, call: str, only: Optional[Sequence[st
             status, tail = "timeout", f"killed at the call's budget ({budget_s:.0f} s)\n" + str(exc.stderr or "")[-1500:]
         rec = {"key": e.key, "notebook": e.notebook, "preset": e.preset, "params": e.params, "call": call,
                "status": status, "seconds": round(time.monotonic() - t0, 1), "started": started,
-               "commit": os.environ.get("MLXLAB_SOURCE_COMMIT") or _commit(), "tail": tail if status != "ok" else ""}
+               "commit": os.environ.get("MLXLAB_SOURCE_COMMIT") or _git_commit(), "tail": tail if status != "ok" else ""}
         print(f"campaign: {e.key} {status} in {rec['seconds']} s" + (f"\n{tail}" if status != "ok" else ""), flush=True)
         mine.append(rec)
         runs.append(rec)
@@ -198,36 +200,8 @@ def run(platform: str, budget_s: float, *, call: str, only: Optional[Sequence[st
         written += [f["executed"]] if f["executed"].is_file() else []
         written.append(write_log(platform, runs))
         if out is not None:
-            _pack(platform, Path(out), written)
+            _pack(Path(out), written)
     return mine
-
-
-def _commit() -> Optional[str]:
-    try:
-        return subprocess.run(["git", "rev-parse", "HEAD"], cwd=ROOT, capture_output=True, text=True,
-                              check=True).stdout.strip()
-    except (OSError, subprocess.CalledProcessError):
-        return None
-
-
-def export_static_html(executed: Path, dest: Path) -> Path:
-    """An executed notebook as HTML without its widget state (the charts' JupyterChart widgets
-    carry every chart's data and need a live kernel to draw; a campaign's figures are the files
-    rendered beside its results). Text, tables and verdicts stay."""
-    import nbformat
-    from nbconvert import HTMLExporter
-
-    nb = nbformat.read(str(executed), as_version=4)
-    nb.metadata.pop("widgets", None)
-    for cell in nb.cells:
-        for o in cell.get("outputs", []):
-            if "data" in o:
-                o["data"].pop("application/vnd.jupyter.widget-view+json", None)
-    body, _ = HTMLExporter().from_notebook_node(nb)
-    body = body.replace(str(ROOT) + "/", "").replace(str(ROOT), ".")
-    dest.parent.mkdir(parents=True, exist_ok=True)
-    dest.write_text(body, encoding="utf-8")
-    return dest
 
 
 def collect(archive: Path, platform: str) -> Dict[str, List[str]]:
@@ -267,5 +241,5 @@ def collect(archive: Path, platform: str) -> Dict[str, List[str]]:
         if name.endswith(".ipynb") and "/executed/" in name:
             src = ROOT / name
             html = campaign_dir(platform) / "html" / (src.stem + ".html")
-            got["html"].append(str(export_static_html(src, html).relative_to(ROOT)))
+            got["html"].append(str(export_notebook_html(src, html, strip_widgets=True).relative_to(ROOT)))
     return got

@@ -79,13 +79,22 @@ def parse_params(items: Sequence[str]) -> Dict:
     return out
 
 
-def export_notebook_html(executed: Path, dest: Path) -> Path:
+def export_notebook_html(executed: Path, dest: Path, strip_widgets: bool = False) -> Path:
     """An executed notebook as one standalone HTML page (nbconvert's ``HTMLExporter``), with the
-    checkout's own path written relative (a committed page names no machine's folders)."""
+    checkout's own path written relative (a committed page names no machine's folders).
+    ``strip_widgets`` drops the widget state and views (a device campaign's pages: the charts'
+    widgets carry every chart's data and need a live kernel; its figures are rendered files);
+    text, tables and verdicts stay."""
     import nbformat
     from nbconvert import HTMLExporter
 
-    body, _ = HTMLExporter().from_notebook_node(nbformat.read(str(executed), as_version=4))
+    nb = nbformat.read(str(executed), as_version=4)
+    if strip_widgets:
+        nb.metadata.pop("widgets", None)
+        for cell in nb.cells:
+            for o in cell.get("outputs", []):
+                o.get("data", {}).pop("application/vnd.jupyter.widget-view+json", None)
+    body, _ = HTMLExporter().from_notebook_node(nb)
     body = body.replace(str(ROOT) + "/", "").replace(str(ROOT), ".")  # paths of this checkout, relative
     dest = Path(dest)
     dest.parent.mkdir(parents=True, exist_ok=True)

@@ -94,11 +94,10 @@ class Helpers:
     def campaign_pending(self, platform: str) -> List[str]:
         """Keys of the platform's notebook-campaign entries with no successful run in its log
         (``data/results/<platform>/campaign/campaign.json``; every entry when there is none)."""
-        from mlxlab.notebook.campaign import entries
+        from mlxlab.notebook.campaign import pending
 
         log = self.store.results / platform / "campaign" / "campaign.json"
-        done = {r["key"] for r in self.store.load(log)["runs"] if r["status"] == "ok"} if log.is_file() else set()
-        return [e.key for e in entries(platform) if e.key not in done]
+        return [e.key for e in pending(platform, self.store.load(log)["runs"] if log.is_file() else [])]
 
     def inline(self, text: str) -> str:
         if self._md is None:
