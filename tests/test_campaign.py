@@ -119,3 +119,19 @@ def test_run_refuses_unknown_entry_keys(tmp_path, monkeypatch):
 def test_out_name_needs_a_single_notebook():
     with pytest.raises(ReproduceError, match="names one executed notebook"):
         reproduce(quick=True, only=["00", "01"], out_name="x.ipynb", progress=False)
+
+
+def test_run_skips_an_entry_too_long_for_what_is_left_and_runs_a_later_shorter_one(tmp_path, monkeypatch):
+    monkeypatch.setattr(cg, "ROOT", tmp_path)
+    long_, short = cg.Entry("04", None, {}, 1000.0), cg.Entry("07", None, {}, 1.0)
+    monkeypatch.setattr(cg, "entries", lambda platform: [long_, short])
+    ran = []
+
+    def fake_run(cmd, **kw):
+        ran.append(cmd[cmd.index("--only") + 1])
+        return mock.Mock(returncode=0, stdout="", stderr="")
+
+    monkeypatch.setattr(cg.subprocess, "run", fake_run)
+    recs = cg.run("h200", 100.0, call="t")
+    assert ran == ["07"] and [r["key"] for r in recs] == ["07@all"]
+    assert [e.key for e in cg.pending("h200")] == ["04@all"]

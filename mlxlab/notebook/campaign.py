@@ -159,8 +159,8 @@ def _files_newer(folder: Path, since: float) -> List[Path]:
 
 def run(platform: str, budget_s: float, *, call: str, only: Optional[Sequence[str]] = None,
         out: Optional[Path] = None, python: str = sys.executable) -> List[dict]:
-    """Run pending entries (or the keys in ``only``, in plan order) while each one's expected time
-    fits what is left of ``budget_s``; each runs ``mlxlab reproduce`` for its notebook in a child
+    """Run pending entries (or the keys in ``only``, in plan order) whose expected time fits what
+    is left of ``budget_s`` (one that does not is skipped and a later, shorter one tried); each runs ``mlxlab reproduce`` for its notebook in a child
     process killed at the budget's end. Returns this call's log records; also merged into the
     campaign log and, with ``out``, packed into ``out/campaign.tar.gz``."""
     runs = read_log(platform)
@@ -173,8 +173,8 @@ def run(platform: str, budget_s: float, *, call: str, only: Optional[Sequence[st
     for e in todo:
         left, want = t_end - time.monotonic(), expected_s(e, runs)
         if want > left:
-            print(f"campaign: {e.key} expects {want:.0f} s, {left:.0f} s left: stopping", flush=True)
-            break
+            print(f"campaign: {e.key} expects {want:.0f} s, {left:.0f} s left: skipped", flush=True)
+            continue
         f = folders(e, platform)
         f["executed"].parent.mkdir(parents=True, exist_ok=True)
         params = {**e.params, "results_dir": str(f["results"]), "figures_dir": str(f["figures"])}
