@@ -41,6 +41,7 @@ def test_entries_cover_every_notebook_and_each_preset_where_per_preset():
     for nb in ("00", "01", "02", "06"):
         assert sorted(e.preset for e in es if e.notebook == nb) == sorted(cg.PRESETS)
         assert all(e.params["bits"] == 4 and e.params["model_name"] == e.preset for e in es if e.notebook == nb)
+    assert [e.params["models"] for e in es if e.notebook == "04"] == [[p] for p in cg.PRESETS]
     with pytest.raises(cg.CampaignError, match="no campaign for platform"):
         cg.entries("nowhere")
 
