@@ -99,6 +99,31 @@ def test_a_profile_times_changes_of_a_ragged_batch_and_first_uses_of_a_chunk_siz
     assert len(cold) == len(set(cold)) and {8, 48} <= set(cold)
 
 
+def test_every_kind_of_step_is_measured_in_every_pass_over_the_grid(measured):
+    """A profile makes ``repeats`` passes, each running every group once, so no kind of step is
+    measured in one block of time; ``drift`` reads each pass against the profile's medians."""
+    kinds_by_pass = {}
+    for r in measured["records"]:
+        kinds_by_pass.setdefault(r["pass"], set()).add(r["kind"])
+    assert sorted(kinds_by_pass) == list(range(GRID["repeats"]))
+    for p in range(GRID["repeats"]):
+        assert {"prefill", "decode", "mixed", "rebatch", "start"} <= kinds_by_pass[p]
+    d = measured["drift"]
+    assert d["passes"] == GRID["repeats"] and set(d["by_kind"]) >= {"decode", "prefill"}
+    assert all(len(v) == GRID["repeats"] and all(x > 0 for x in v) for v in d["by_kind"].values())
+
+
+def test_pass_drift_reads_a_slow_pass_against_the_profile():
+    from mlxlab.sim.fit import pass_drift
+    recs = [{"kind": k, "cell": f"{k} {i}", "duration_s": t * (1.5 if p == 1 else 1.0), "pass": p}
+            for p in (0, 1, 2) for k in ("decode", "prefill") for i, t in enumerate((0.01, 0.02, 0.04))]
+    d = pass_drift(recs)
+    assert d["passes"] == 3
+    assert d["by_kind"]["decode"] == pytest.approx([1.0, 1.5, 1.0])
+    assert d["spread"] == pytest.approx(0.5)
+    assert pass_drift([{k: v for k, v in r.items() if k != "pass"} for r in recs])["passes"] == 0
+
+
 def test_a_measured_profile_has_the_cells_it_promised(measured):
     """Every (chunk, context) and (batch, decode context) of the grid is a cell, each cell's
     record is a median over its steps, and every step-cost record has the fields the fit reads."""

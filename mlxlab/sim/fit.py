@@ -194,6 +194,29 @@ def cell_medians(records: Iterable[dict]) -> List[dict]:
     return out
 
 
+def pass_drift(records: Iterable[dict], kinds: Sequence[str] = ("decode", "prefill", "mixed", "rebatch")) -> dict:
+    """How each pass over a profile's grid ran against the profile as a whole: per kind, the
+    median over that pass's records of (record time / its cell's median over all passes); 1.0 is
+    the profile's own pace. A pass of a shared machine's slow spell reads above 1 on every kind;
+    ``spread`` is the largest max/min - 1 over the kinds. Records without a ``pass`` field (a
+    profile measured before passes) give ``passes`` 0."""
+    recs = [r for r in records if r.get("duration_s", 0) > 0 and "pass" in r]
+    med = {c["_key"]: c["duration_s"] for c in
+           ({**m, "_key": _cell(m)} for m in cell_medians(recs))}
+    passes = sorted({int(r["pass"]) for r in recs})
+    by_kind: Dict[str, List[float]] = {}
+    for kind in kinds:
+        row = []
+        for p in passes:
+            ratios = [r["duration_s"] / med[_cell(r)] for r in recs
+                      if r.get("kind") == kind and int(r["pass"]) == p and med.get(_cell(r))]
+            row.append(float(np.median(ratios)) if ratios else float("nan"))
+        if any(np.isfinite(row)):
+            by_kind[kind] = row
+    spread = max((np.nanmax(v) / np.nanmin(v) - 1 for v in by_kind.values() if np.nanmin(v) > 0), default=0.0)
+    return {"passes": len(passes), "by_kind": by_kind, "spread": float(spread)}
+
+
 def fit_report(model: StepCostModel, records: Iterable[dict]) -> dict:
     """Relative error of ``model`` on ``records``: median, p90 and max, overall and per kind."""
     recs = [r for r in records if r.get("duration_s", 0) > 0 and r.get("kind") not in TIMING_KINDS]

@@ -43,7 +43,7 @@ import time
 from typing import Callable, Optional, Sequence
 
 from mlxlab.sim.cells import JoinCase, RaggedCase, cold_group, decode_group, overhead_run, prefill_group
-from mlxlab.sim.fit import cell_medians, coefficients, fit_cost_model, fit_report
+from mlxlab.sim.fit import cell_medians, coefficients, fit_cost_model, fit_report, pass_drift
 from mlxlab.sim.profiles import PROFILE_DEFAULTS
 from mlxlab.sim.rig import Bench
 
@@ -67,9 +67,12 @@ def profile_device(model, *, prefill_tokens: Sequence[int] = PROFILE_DEFAULTS["p
         join_contexts: prompt lengths of the long rows that join a short row's decode
             (:class:`mlxlab.sim.cells.JoinCase`; default: the longest decode context; ``()``
             for none).
-        repeats: timed chunks per (size, context), and runs of each join case (a row's start, a
-            join, a drop: one step each per run); decode steps per (batch, context) are
-            ``max(10, 2 * repeats + 4)``, of which the first two are dropped (see the module docstring).
+        repeats: passes over the grid. Each pass runs every group once (prefill chunks, decode
+            phases with their mixed steps, join cases, ragged batches), so a slow spell of a shared
+            machine lands on every kind of step instead of on one group measured in a block; a
+            pass's decode phase has ``max(10, 2 * repeats + 4)`` steps per (batch, context), of
+            which the first two are dropped (see the module docstring). ``drift`` in the result
+            says how much each pass ran slower or faster than the profile as a whole.
         fill_chunk: chunk size that builds contexts (those steps are recorded too).
         mixed: also time decode + chunk steps.
         relative: fit relative errors (see :func:`mlxlab.sim.fit.fit_cost_model`).
@@ -78,7 +81,8 @@ def profile_device(model, *, prefill_tokens: Sequence[int] = PROFILE_DEFAULTS["p
     with ``kind`` fill / prefill / decode / mixed / packed / rebatch / start / join_chunk / tail /
     overhead and ``engine_duration_s`` the engine's own record time), ``cells`` (per grid cell:
     median time and features, :func:`mlxlab.sim.fit.cell_medians`), ``cost_model`` (a
-    :class:`~mlxlab.core.costmodel.StepCostModel` fitted to the cells), ``coefficients``, ``fit``
+    :class:`~mlxlab.core.costmodel.StepCostModel` fitted to the cells), ``drift``
+    (:func:`mlxlab.sim.fit.pass_drift`), ``coefficients``, ``fit``
     and ``fit_raw`` (:func:`mlxlab.sim.fit.fit_report` on the cells and on every record), ``grid``,
     ``model``, ``wall_s``. Contexts that do not fit the model's context window are skipped (listed
     in ``skipped``).
@@ -93,27 +97,23 @@ def profile_device(model, *, prefill_tokens: Sequence[int] = PROFILE_DEFAULTS["p
     if warmup:
         _warm_up(bench, contexts, seed)
         say(f"[profile] warm-up done ({time.perf_counter() - t_start:.1f} s)")
-    for r in range(repeats):
-        for c in contexts:
-            t0 = time.perf_counter()
-            prefill_group(bench, c)
-            say(f"[profile] prefill context {c} repeat {r + 1}/{repeats} ({time.perf_counter() - t0:.1f} s)")
-    for c in bench.decode_contexts:
-        t0 = time.perf_counter()
-        decode_group(bench, c, decode_batches)
-        say(f"[profile] decode context {c}, batches {sorted(set(decode_batches))} ({time.perf_counter() - t0:.1f} s)")
     cases = ["decode"] + (["packed" if bench.packed else "mixed"] if mixed else [])
-    for r in range(repeats):  # a join case's cells are single steps: repeated, so each cell is a median
-        for c in joins:
-            t0 = time.perf_counter()
+    for r in range(repeats):  # every group once per pass, so a slow spell of the machine lands on every kind
+        bench.pass_index = r
+        t0 = time.perf_counter()
+        for c in contexts:
+            prefill_group(bench, c)
+        for c in bench.decode_contexts:
+            decode_group(bench, c, decode_batches)
+        for c in joins:  # a join case's cells are single steps: one per pass, so each cell is a median
             for case in cases:
                 JoinCase(bench, c, case).run()
-            say(f"[profile] joins at context {c}, {cases}, repeat {r + 1}/{repeats} ({time.perf_counter() - t0:.1f} s)")
-    for r in range(repeats):  # changes of a ragged batch of two to four rows
-        RaggedCase(bench, max(joins) if joins else max(bench.decode_contexts)).run()
+        RaggedCase(bench, max(joins) if joins else max(bench.decode_contexts)).run()  # 2-4 ragged rows
+        say(f"[profile] pass {r + 1}/{repeats}: prefill, decode, joins, ragged batches "
+            f"({time.perf_counter() - t0:.1f} s)")
     t0 = time.perf_counter()
     cold_group(bench, min(contexts))  # last: a shape first met after all the others
-    say(f"[profile] ragged batches and cold chunks ({time.perf_counter() - t0:.1f} s)")
+    say(f"[profile] cold chunks ({time.perf_counter() - t0:.1f} s)")
     if measure_overhead:
         overhead_run(bench, seed)
     grid = {"prefill_tokens": list(bench.prefill_tokens), "contexts": contexts,
@@ -122,6 +122,10 @@ def profile_device(model, *, prefill_tokens: Sequence[int] = PROFILE_DEFAULTS["p
             "relative_fit": relative}
     out = _fitted_profile(bench, grid, relative)
     out["wall_s"] = time.perf_counter() - t_start
+    drift = out["drift"]
+    if drift.get("passes", 0) > 1:
+        say("[profile] passes against the profile's medians: " + ", ".join(
+            f"{k} " + "/".join(f"{x:.2f}" for x in v) for k, v in drift["by_kind"].items()))
     say(f"[profile] {len(bench.records)} steps in {out['wall_s']:.1f} s; fit median relative error "
         f"{out['fit'].get('all', {}).get('median', float('nan')):.3f}")
     return out
@@ -164,6 +168,7 @@ def _fitted_profile(bench: Bench, grid: dict, relative: bool) -> dict:
         "fit": fit_report(cm, cells),
         "fit_raw": fit_report(cm, bench.records),
         "cells": cells,
+        "drift": pass_drift(bench.records),
         "skipped": bench.skipped,
     }
 

@@ -79,6 +79,7 @@ class Bench:
         self.skipped: List[str] = []
         self.recording = True
         self.sizes_run: set = set()  # chunk token counts (pad included) this profile has run, warm-up included
+        self.pass_index = 0  # which pass over the grid a record was measured in (its "pass" field)
 
     @property
     def decode_steps(self) -> int:
@@ -93,6 +94,7 @@ class Bench:
 
     def keep(self, record: dict) -> None:
         if self.recording:
+            record.setdefault("pass", self.pass_index)
             self.records.append(record)
 
     def timed(self, rig: Rig, plan: StepPlan, kind: str, cell: str = "") -> Tuple[dict, float]:
