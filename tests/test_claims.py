@@ -18,6 +18,44 @@ def test_every_claim_is_complete_and_names_its_experiment():
         assert c.testable or c.why_not
 
 
+def test_every_committed_claim_says_what_carries_over_to_a_mac():
+    from mlxlab.paper.render import typed_figures
+
+    for c in C.load_claims().values():
+        assert isinstance(c.on_a_mac, str) and c.on_a_mac.strip(), c.id
+        # a judgement, not a measurement: no figure typed into it (the results files hold those)
+        assert typed_figures(c.on_a_mac) == [], (c.id, typed_figures(c.on_a_mac))
+
+
+_CLAIM = """study: test
+claims:
+  - id: t-one
+    claim: One claim.
+    published: {value: 1, unit: x}
+    condition: {}
+    experiment: roofline
+    on_a_mac: Carries over.
+  - id: t-two
+    claim: Another claim.
+    published: {value: 2, unit: x}
+    condition: {}
+    experiment: roofline
+"""
+
+
+@pytest.mark.parametrize("tail, message", [
+    ("", r"test\.yaml: claim t-two lacks \['on_a_mac'\] \(on_a_mac: a sentence or two on what"),
+    ("    on_a_mac: '  '\n", r"test\.yaml: claim t-two has an empty on_a_mac"),
+    ("    on_a_mac:\n", r"test\.yaml: claim t-two has an empty on_a_mac"),
+])
+def test_a_claim_without_its_mac_line_fails_loading_naming_claim_and_file(tmp_path, tail, message):
+    (tmp_path / "test.yaml").write_text(_CLAIM + tail)
+    with pytest.raises(ValueError, match=message):
+        C.load_claims(tmp_path)
+    (tmp_path / "test.yaml").write_text(_CLAIM + "    on_a_mac: Does not carry over.\n")
+    assert C.load_claims(tmp_path)["t-two"].on_a_mac == "Does not carry over."
+
+
 def test_verdict_rejects_unknown_claims_and_verdicts_and_empty_rules():
     with pytest.raises(KeyError, match="did you mean s000-step-prefill-480"):
         C.verdict("s000-step-prefil-480", "reproduced", measured=1, rule="r", fairness="f")

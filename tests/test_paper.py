@@ -4,6 +4,7 @@ the scorecard shows the verdicts the results files store, and the template holds
 measured figure. `mlxlab reproduce` passes the platform on and exports full runs to HTML."""
 
 import argparse
+import html
 import json
 import re
 import shutil
@@ -19,7 +20,7 @@ from mlxlab.paper.format import fmt, measured_text, span
 from mlxlab.paper.provenance import provenance_rows, rerun_command
 from mlxlab.paper.render import (TEMPLATE, PaperBuildError, build, figure_names, find_chromium, markdown_to_html,
                                  render_markdown, typed_figures, write_pdf)
-from mlxlab.paper.scorecard import NOT_RUN, scorecard_rows
+from mlxlab.paper.scorecard import MAC_TITLE, NOT_RUN, scorecard_rows
 
 
 @pytest.fixture(scope="module")
@@ -69,6 +70,19 @@ def test_each_scorecard_verdict_is_the_one_its_results_file_stores(paper):
                 stored = [v for v in doc["verdicts"] if v["claim"] == row["claim"]]
                 assert [v["verdict"] for v in stored] == [e["verdict"]], (row["claim"], e["file"])
                 assert e["file"].startswith(f"data/results/{plat}/")
+
+
+def test_the_full_scorecard_shows_each_claims_mac_line(paper):
+    section = next(x for x in paper.markdown.split("\n## ") if re.match(r"\d+\. Scorecard", x))  # whatever its number
+    assert MAC_TITLE in section and "`on_a_mac`" in section, "the scorecard section names the column"
+    page = paper.html.read_text()
+    body = page[re.search(r'<h2 id="\d+-scorecard', page).start():]
+    body = body[:body.index("<h2", 1)]
+    text = " ".join(html.unescape(re.sub(r"<[^>]+>", " ", body)).split())
+    for cid, c in load_claims().items():
+        row = next(x for x in section.splitlines() if x.startswith(f"| <code>{cid}</code>"))
+        assert row.rstrip(" |").endswith(f"<small>{html.escape(c.on_a_mac).replace('|', '&#124;')}</small>"), cid
+        assert " ".join(c.on_a_mac.split()) in text, f"{cid}: its on_a_mac line is not in the HTML scorecard"
 
 
 def test_the_reproducibility_section_lists_every_file_used(paper):

@@ -2,10 +2,12 @@
 
 ``data/claims/seed-000.yaml`` and ``seed-001.yaml`` list every claim of the two case studies
 (``mlxlab.yaml`` the project's own targets, scored the same way):
-an id, the claim in our words, the published figure(s) with their unit, the condition, and the
-``experiment`` (results file) that tests it. A study or notebook decides a claim by returning a
-:func:`verdict` record, which :func:`mlxlab.core.results.save_results` stores in the results file
-beside the measurements and their provenance; the paper reads the verdicts from there.
+an id, the claim in our words, the published figure(s) with their unit, the condition, the
+``experiment`` (results file) that tests it, and ``on_a_mac``: what of the CPU and H200 results
+should carry over to an Apple-silicon Mac on Metal, what should not, and why (every claim must
+say). A study or notebook decides a claim by returning a :func:`verdict` record, which
+:func:`mlxlab.core.results.save_results` stores in the results file beside the measurements and
+their provenance; the paper reads the verdicts from there.
 
 No MLX here: the paper build and the tests read claims without loading a backend.
 """
@@ -20,6 +22,12 @@ from typing import Any, Dict, Iterable, List, Mapping, Optional
 
 from mlxlab.core.paths import data_dir
 
+#: the fields every claim of a claims file must have
+REQUIRED = ("id", "claim", "published", "condition", "experiment", "on_a_mac")
+#: what a claim's ``on_a_mac`` must say, for the error when one lacks it
+ON_A_MAC_HINT = ("on_a_mac: a sentence or two on what of the CPU and H200 results should carry over to "
+                 "an Apple-silicon Mac running MLX on Metal, what should not, and why")
+
 #: What a measurement can say about a claim. "artifact": the published effect is real in the data
 #: but comes from the protocol (a cold first request, noise at N=3), not from the setting.
 VERDICTS = ("reproduced", "not reproduced", "artifact", "not measurable on this backend", "not measured")
@@ -33,6 +41,7 @@ class Claim:
     published: Mapping[str, Any]
     condition: Mapping[str, Any]
     experiment: Any  # a results-file name, or a list of them when several experiments decide it
+    on_a_mac: str  # what of the CPU and H200 results carries over to an Apple-silicon Mac, and why
     notebook: Optional[str] = None
     testable: bool = True
     why_not: Optional[str] = None
@@ -90,13 +99,16 @@ def _load(folder: str) -> Dict[str, Claim]:
     for f in files:
         doc = yaml.safe_load(f.read_text())
         for c in doc["claims"]:
-            missing = {"id", "claim", "published", "condition", "experiment"} - set(c)
+            missing = [k for k in REQUIRED if k not in c]
             if missing:
-                raise ValueError(f"{f.name}: claim {c.get('id', '?')} lacks {sorted(missing)}")
+                raise ValueError(f"{f.name}: claim {c.get('id', '?')} lacks {missing}"
+                                 + (f" ({ON_A_MAC_HINT})" if "on_a_mac" in missing else ""))
             if c["id"] in out:
                 raise ValueError(f"{f.name}: claim id {c['id']} appears twice")
             if c.get("testable", True) is False and not c.get("why_not"):
                 raise ValueError(f"{f.name}: claim {c['id']} is marked untestable without a why_not")
+            if not isinstance(c["on_a_mac"], str) or not c["on_a_mac"].strip():
+                raise ValueError(f"{f.name}: claim {c['id']} has an empty on_a_mac ({ON_A_MAC_HINT})")
             out[c["id"]] = Claim(study=doc["study"], **c)
     return out
 

@@ -321,7 +321,7 @@ class ResultsStore:
         doc = {"id": c.id, "study": c.study, "claim": c.claim, "published": dict(c.published),
                "published_text": c.published_text(), "condition": dict(c.condition),
                "experiments": list(c.experiments), "notebook": c.notebook, "testable": c.testable,
-               "why_not": c.why_not}
+               "why_not": c.why_not, "on_a_mac": c.on_a_mac}
         return Node(doc, f"{self.label(self.data / 'claims')} ({c.study}.yaml)", claim_id)
 
     def stored_verdicts(self, platform: str) -> Dict[str, List[Tuple[Path, dict]]]:

@@ -3,9 +3,11 @@
 One row per claim; one column per platform (CPU and H200 always, any other results folder that
 holds a verdict after them), each cell the stored verdict and what was measured, or *not run*
 where no results file of that platform decides the claim; and the published figure, which for
-the case studies is the authors' Apple run (for mlxlab's own claims, the target it set). The
-rows are built as data (:func:`scorecard_rows`) and rendered from it (:func:`scorecard_markdown`),
-so a test can check each cell against its file.
+the case studies is the authors' Apple run (for mlxlab's own claims, the target it set); and
+the claims file's ``on_a_mac`` line, what of these results should carry over to an Apple-silicon
+Mac on Metal and why (a judgement, not a measurement). The rows are built as data
+(:func:`scorecard_rows`) and rendered from it (:func:`scorecard_markdown`), so a test can check
+each cell against its file.
 """
 
 from __future__ import annotations
@@ -19,6 +21,8 @@ from mlxlab.paper.format import measured_text
 #: the platforms every scorecard shows, in this order, with their column titles
 PLATFORMS = {"cpu": "CPU", "h200": "H200"}
 NOT_RUN = "not run"
+#: the title of the last column: the claims file's on_a_mac line
+MAC_TITLE = "On a Mac (expected, from these results)"
 STUDY_TITLES = {"seed-000": "Case study seed 000: one request at a time (Apple M4 Pro)",
                 "seed-001": "Case study seed 001: multi-tenant serving (Apple M4 Max)",
                 "mlxlab": "mlxlab's own targets"}
@@ -36,7 +40,7 @@ def column_title(platform: str) -> str:
 
 def scorecard_rows(store: ResultsStore, claim_ids: Optional[Sequence[str]] = None,
                    platforms: Optional[Sequence[str]] = None) -> List[Dict]:
-    """One dict per claim: ``claim``, ``study``, ``text``, ``published``, ``testable``,
+    """One dict per claim: ``claim``, ``study``, ``text``, ``published``, ``on_a_mac``, ``testable``,
     ``experiments`` and ``cells`` (platform -> list of {verdict, measured, rule, file}, empty
     where not run). Files that supply a cell count as used (the reproducibility section lists
     them)."""
@@ -54,7 +58,8 @@ def scorecard_rows(store: ResultsStore, claim_ids: Optional[Sequence[str]] = Non
             cells[plat] = [{"verdict": rec.get("verdict"), "measured": rec.get("measured"), "rule": rec.get("rule"),
                             "file": store.label(path)} for path, rec in found]
         rows.append({"claim": cid, "study": c.study, "text": c.claim, "published": c.published_text(),
-                     "testable": c.testable, "experiments": list(c.experiments), "cells": cells})
+                     "on_a_mac": c.on_a_mac, "testable": c.testable, "experiments": list(c.experiments),
+                     "cells": cells})
     return rows
 
 
@@ -85,7 +90,8 @@ def _escape(text: str) -> str:
 
 def scorecard_markdown(rows: List[Dict], platforms: Sequence[str], by_study: bool = True) -> str:
     """The rows as Markdown tables (one per study with ``by_study``)."""
-    head = ["Claim", *[column_title(p) for p in platforms], "Published (seed: the Apple run; mlxlab: target)"]
+    head = ["Claim", *[column_title(p) for p in platforms], "Published (seed: the Apple run; mlxlab: target)",
+            MAC_TITLE]
     groups: Dict[str, List[Dict]] = {}
     for r in rows:
         groups.setdefault(r["study"] if by_study else "", []).append(r)
@@ -98,8 +104,9 @@ def scorecard_markdown(rows: List[Dict], platforms: Sequence[str], by_study: boo
             claim = f"<code>{r['claim']}</code><br>{_escape(r['text'])}"
             if not r["testable"]:
                 claim += "<br><small>(marked untestable in the claims file)</small>"
+            mac = f"<small>{_escape(r['on_a_mac'])}</small>"
             out.append("| " + " | ".join([claim, *[_cell(r["cells"][p]) for p in platforms],
-                                          _escape(r["published"])]) + " |")
+                                          _escape(r["published"]), mac]) + " |")
         out.append("")
     return "\n".join(out)
 
