@@ -122,6 +122,28 @@ def test_a_backend_without_quantized_attention_is_not_measurable_with_the_probe_
     assert vs["s000-kv4-decode"]["measured"]["probe_error"] == why
 
 
+def test_an_unmeasurable_backend_gets_the_cpu_result_and_the_published_figure_beside_its_error(tmp_path, monkeypatch):
+    import json
+    why = "RuntimeError: [quantized_matmul] No implementation for problem shape"
+    here = KS._unmeasurable(("s000-kv4-decode", "s000-kv4-ttft"), "4", why, "same")
+    cpu = tmp_path / "cpu"
+    cpu.mkdir()
+    monkeypatch.setattr(KS, "results_dir", lambda platform: tmp_path / platform)
+    with pytest.raises(FileNotFoundError, match="no cpu results"):
+        KS.stand_ins(here)
+    (cpu / "kv_quantization.json").write_text(json.dumps({
+        "environment": {"git_commit": "abc1234"},
+        "verdicts": [{"claim": "s000-kv4-decode", "verdict": "not reproduced", "measured": {"decode_change_pct": -11.1}},
+                     {"claim": "s000-kv4-ttft", "verdict": "reproduced", "measured": {"ttft_change_pct": 12.0}}]}))
+    t = KS.stand_ins(here)
+    assert list(t.claim) == ["s000-kv4-decode", "s000-kv4-ttft"]
+    assert list(t["cpu verdict"]) == ["not reproduced", "reproduced"]
+    assert t["cpu measured"].iloc[0].startswith("-11.1 %") and set(t["cpu commit"]) == {"abc1234"}
+    assert all(t.error == why) and t["published (Apple, Metal)"].iloc[0] == "-38 to -23 % decode tok/s"
+    measured = [dict(v, verdict="reproduced") for v in here]
+    assert KS.stand_ins(measured).empty  # nothing to stand in for
+
+
 def test_memory_saved():
     rows = KS.memory(speed_df({256: (100, 70)}, repeats=1))
     four = next(r for r in rows if r["kv_bits"] == "4")

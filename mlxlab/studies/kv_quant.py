@@ -10,6 +10,7 @@ Quantizes caches the way mlx-lm's ``generate_step`` does past ``quantized_kv_sta
 from __future__ import annotations
 
 import copy
+import json
 import statistics
 import time
 from typing import Dict, List, Optional, Sequence, Tuple
@@ -20,7 +21,8 @@ import pandas as pd
 from mlx_lm.generate import generate_step
 from mlx_lm.models.cache import KVCache, make_prompt_cache
 
-from mlxlab.core.claims import claim, verdict
+from mlxlab.core.claims import claim, load_claims, verdict
+from mlxlab.core.results import results_dir
 
 from mlxlab.core.presets import module_of
 from mlxlab.engine.kvquant import probe_model
@@ -400,3 +402,38 @@ def _crossover_verdict(speed, bits, fairness) -> Dict:
             f"largest context. Reproduced if it lies within the guessed {lo:g}-{hi:g} tokens; not reproduced if "
             f"elsewhere or none within the range; not measured if the range stops short of {lo:g} tokens.")
     return verdict(c.id, v, measured=measured, rule=rule, fairness=fairness)
+
+
+#: what each claim's CPU stand-in row shows (a measured key of its verdict, and its unit)
+STAND_IN_KEYS = {"s000-kv4-decode": ("decode_change_pct", "% decode tok/s at the shortest context"),
+                 "s000-kv4-ttft": ("ttft_change_pct", "% TTFT (median over contexts)"),
+                 "s000-kv4-crossover": ("crossover_found", "")}
+
+
+def stand_ins(here: Sequence[Dict], platform: str = "cpu") -> pd.DataFrame:
+    """Where this backend could not run a quantized KV cache: one row per such claim with the
+    error, the committed ``platform`` result that stands in for it (its verdict, the measured
+    figure and the commit it ran at) and the case study's published figure from its Apple
+    (Metal) run. Empty when every verdict here was measured. Raises FileNotFoundError, naming
+    the command that makes it, when the stand-in platform has no committed results file."""
+    missing = [v for v in here if v["verdict"] == "not measurable on this backend"]
+    if not missing:
+        return pd.DataFrame()
+    path = results_dir(platform) / "kv_quantization.json"
+    if not path.is_file():
+        raise FileNotFoundError(f"no {platform} results at {path}: run notebook 02 there with --save "
+                                f"(mlxlab reproduce --only 02 --save) for a stand-in")
+    doc = json.loads(path.read_text())
+    theirs = {v["claim"]: v for v in doc.get("verdicts", [])}
+    claims = load_claims()
+    rows = []
+    for v in missing:
+        key, unit = STAND_IN_KEYS.get(v["claim"], (None, ""))
+        t = theirs.get(v["claim"], {})
+        value = (t.get("measured") or {}).get(key)
+        rows.append({"claim": v["claim"], "here": v["verdict"], "error": (v.get("measured") or {}).get("probe_error", ""),
+                     f"{platform} verdict": t.get("verdict", "not run"),
+                     f"{platform} measured": "" if value is None else f"{value} {unit}".strip(),
+                     f"{platform} commit": doc.get("environment", {}).get("git_commit"),
+                     "published (Apple, Metal)": claims[v["claim"]].published_text()})
+    return pd.DataFrame(rows)
