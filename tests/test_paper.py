@@ -191,6 +191,19 @@ def test_the_scorecard_shows_stored_verdicts_and_not_run_elsewhere(tmp_path):
                                                          if "prefill_step_size" in x.experiments]
 
 
+def test_a_verdict_its_repeats_could_flip_is_marked_in_the_scorecard(tmp_path):
+    from mlxlab.paper.scorecard import FRAGILE
+    v_cpu = verdict("s000-step-prefill-480", "not reproduced", measured={"gain_pct": 1.0, "within_noise": True},
+                    rule="r", fairness="f")
+    v_h200 = verdict("s000-step-prefill-480", "artifact", measured={"gain_pct": 1.0, "within_noise": False},
+                     rule="r", fairness="f")
+    s = _store(tmp_path, {"cpu/prefill_step_size": _verdicts_doc(v_cpu), "h200/prefill_step_size": _verdicts_doc(v_h200)})
+    md, _ = render_markdown(s, source='{{ scorecard("prefill_step_size") }}')
+    line = next(x for x in md.split("\n") if "s000-step-prefill-480" in x)
+    cells = [c.strip() for c in line.strip("|").split("|")]
+    assert FRAGILE in cells[1] and FRAGILE not in cells[2]
+
+
 def test_a_verdict_of_another_platform_or_claim_does_not_count(tmp_path):
     v = verdict("s000-step-decode", "reproduced", measured={"change_pct": 0.4}, rule="r", fairness="f")
     s = _store(tmp_path, {"h200/prefill_step_size": _verdicts_doc(v)})

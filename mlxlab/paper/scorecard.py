@@ -63,6 +63,11 @@ def scorecard_rows(store: ResultsStore, claim_ids: Optional[Sequence[str]] = Non
     return rows
 
 
+#: a verdict whose measured ``within_noise`` is true: three times its repeats' spread reaches across
+#: the claim's threshold (the studies that store the flag say how they compute it)
+FRAGILE = "(within noise: the repeats' spread could flip it)"
+
+
 def _cell(entries: List[Dict]) -> str:
     """The first entry (the claim's own experiment file, else the first variant) in full; other
     files that decide the claim too, one short line each."""
@@ -70,7 +75,9 @@ def _cell(entries: List[Dict]) -> str:
         return f"*{NOT_RUN}*"
     first, rest = entries[0], entries[1:]
     name = lambda e: html.escape(_short(e["file"]))  # noqa: E731
-    text = (f"**{html.escape(str(first['verdict']))}**<br>{_escape(measured_text(first['measured'], limit=3))}"
+    fragile = isinstance(first.get("measured"), dict) and first["measured"].get("within_noise") is True
+    text = (f"**{html.escape(str(first['verdict']))}**" + (f"<br><small>{FRAGILE}</small>" if fragile else "")
+            + f"<br>{_escape(measured_text(first['measured'], limit=3))}"
             f"<br><small>{name(first)}</small>")
     if rest:
         text += "<br><small>also: " + "; ".join(f"{name(e)} {html.escape(str(e['verdict']))}" for e in rest) + "</small>"
