@@ -165,11 +165,15 @@ def cli_validate(args: argparse.Namespace) -> int:
     if args.profile_spread:
         return _profile_spread(args)
     if args.steps:
+        from mlxlab.studies.sim_plans import format_divergence, plan_divergences
         from mlxlab.studies.sim_scoring import compare_periods
 
-        for r in compare_periods(json.loads(Path(args.steps).read_text())):
+        doc = json.loads(Path(args.steps).read_text())
+        for r in compare_periods(doc):
             print(f"{r['run']:28s} {r['kind']:18s} engine {r['engine_s'] * 1e3:8.2f} ms  sim {r['sim_s'] * 1e3:8.2f} ms"
                   f"  sim/engine {r['ratio']:5.2f}  n {r['n']:4d}  {r['share']:4.0%} of the run")
+        for d in plan_divergences(doc):
+            print(format_divergence(d))
         return 0
     from mlxlab.engine.models import load_model  # MLX: only once the command runs
     from mlxlab.studies.sim_validation import (  # MLX, as above

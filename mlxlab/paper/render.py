@@ -89,7 +89,14 @@ class Helpers:
                 "claims_of": lambda *exps: experiment_claims(s, exps), "figure": self.figure,
                 "scorecard": self.scorecard, "tally": self.tally, "provenance": lambda: _PROVENANCE,
                 "appendix": self.appendix, "platforms": lambda: columns(s), "claim_ids": lambda: list(s.claims()),
-                "campaign_pending": self.campaign_pending}
+                "campaign_pending": self.campaign_pending, "plans": self.plans}
+
+    def plans(self, spec: str) -> Dict[str, dict]:
+        """Where the simulator's plan parts from the engine's in the validation ``platform/name``
+        (:func:`mlxlab.studies.sim_plans.plan_summary`)."""
+        from mlxlab.studies.sim_plans import plan_summary
+
+        return plan_summary(self.store.load(self.store.path(spec)))
 
     def campaign_pending(self, platform: str) -> List[str]:
         """Keys of the platform's notebook-campaign entries with no successful run in its log

@@ -312,3 +312,4 @@ def _rescored_rows(saved: Dict[tuple, dict], wname: str, policy: str, sims: List
             rows.append(dict(old, sim=simv, sim_saved=old["sim"], sim_runs=sim_runs, rel_error=err,
                              passed=bool(err <= old["tolerance"]), paired_errors=_paired(sim_runs, old["engine_runs"])))
     return rows
+
