@@ -235,6 +235,22 @@ def test_provenance_names_the_machine_commit_and_command(tmp_path):
     assert rerun_command(s, Path("data/results/cpu/prefill_step_size.json"), nb_doc) == "mlxlab reproduce --only 01"
 
 
+def test_provenance_gives_each_files_repeats_and_lists_those_under_five(tmp_path):
+    from mlxlab.paper.provenance import provenance_markdown, repeats_of
+    five = {**DOC, "parameters": {"repeats": 5, "ttft_repeats": 7}}
+    three = {**DOC, "config": {"repeats": 3}}
+    cli = {**DOC, "environment": {**DOC["environment"], "argv": ["mlxlab", "bench", "x", "--repeats", "2"]}}
+    assert repeats_of(five) == {"repeats": 5, "ttft_repeats": 7} and repeats_of(cli) == {"repeats": 2}
+    s = _store(tmp_path, {"cpu/a": five, "cpu/b": three, "cpu/c": DOC})
+    for spec in ("cpu/a", "cpu/b", "cpu/c"):
+        s.r(spec)
+    rows = {r["file"].split("results/")[1]: r for r in provenance_rows(s)}
+    assert rows["cpu/a.json"]["repeats"] == "5; ttft 7"
+    assert rows["cpu/b.json"]["repeats"] == "3 (under 5)" and rows["cpu/c.json"]["repeats"] == "not stored"
+    md = provenance_markdown(list(rows.values()))
+    assert "1 of these 3 files ran some setting fewer than 5 times" in md and "`cpu/b.json`." in md
+
+
 # -- HTML and PDF ----------------------------------------------------------------------------
 
 def test_markdown_becomes_html_with_tables_and_embedded_figures(tmp_path):

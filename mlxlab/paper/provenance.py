@@ -30,6 +30,7 @@ COMMANDS = {"bench_engine": "mlxlab bench engine --name {stem}",
             "align_ab": "python -m probes.align_ab", "decode_modes": "python -m probes.decode_modes",
             "overlap_probe": "python -m probes.overlap_probe"}
 GPU_WRAPPER = "bash scripts/h200.sh"
+MIN_REPEATS = 5  # the repeats every quoted timing should have (issue 20: medians with their spread)
 INFERRED = " (inferred: the file stores no command line)"
 
 
@@ -82,6 +83,30 @@ def rerun_command(store: ResultsStore, path: Path, doc: Dict) -> str:
     return cmd + (INFERRED if inferred else "")
 
 
+def repeats_of(doc: Dict) -> Dict[str, int]:
+    """The repeat counts a results file stores: every integer ``*repeats`` key of its
+    ``parameters``, ``config``, ``grid`` or top level, and ``--repeats N`` on its command line."""
+    found: Dict[str, int] = {}
+    for src in (doc.get("parameters"), doc.get("config"), doc.get("grid"), doc):
+        if isinstance(src, dict):
+            for k, v in src.items():
+                if k.endswith("repeats") and isinstance(v, int) and not isinstance(v, bool):
+                    found.setdefault(k, v)
+    argv = (doc.get("environment") or {}).get("argv") or []
+    if "--repeats" in argv[:-1] and str(argv[argv.index("--repeats") + 1]).isdigit():
+        found.setdefault("repeats", int(argv[argv.index("--repeats") + 1]))
+    return found
+
+
+def _repeats_text(found: Dict[str, int]) -> str:
+    if not found:
+        return "not stored"
+    main = found.get("repeats", min(found.values()))
+    rest = [f"{k.removesuffix('_repeats').replace('_', ' ')} {v}" for k, v in found.items() if k != "repeats"]
+    text = "; ".join([str(main)] * ("repeats" in found) + rest)
+    return text + (f" (under {MIN_REPEATS})" if min(found.values()) < MIN_REPEATS else "")
+
+
 def provenance_rows(store: ResultsStore, paths: Optional[Dict[str, Path]] = None) -> List[Dict]:
     """One dict per results file (default: every file the build used), sorted by file."""
     rows = []
@@ -101,6 +126,7 @@ def provenance_rows(store: ResultsStore, paths: Optional[Dict[str, Path]] = None
                        else "not recorded",
             "date": env.get("written_at") or "not recorded",
             "command": rerun_command(store, path, doc),
+            "repeats": _repeats_text(repeats_of(doc)),
         })
     return rows
 
@@ -111,10 +137,11 @@ def _when(date: str) -> str:
 
 def provenance_markdown(rows: List[Dict]) -> str:
     """The rows as one table: file, device, commit (dirty?), mlx / mlx-lm / BLAS, MLX_*
-    variables, date, and the command to re-run; a command inferred from the file's name is
+    variables, date, repeats (:func:`repeats_of`; those under :data:`MIN_REPEATS` are listed under
+    the table), and the command to re-run; a command inferred from the file's name is
     marked with a dagger and explained under the table."""
     head = ["File (data/results/)", "Device", "Commit (tree dirty?)", "mlx / mlx-lm / BLAS", "MLX_* variables",
-            "Written (UTC)", "Command to re-run"]
+            "Written (UTC)", "Repeats", "Command to re-run"]
     lines = ["| " + " | ".join(head) + " |", "|" + "---|" * len(head)]
     esc = lambda t: str(t).replace("|", "&#124;")  # noqa: E731
     inferred = False
@@ -127,7 +154,12 @@ def provenance_markdown(rows: List[Dict]) -> str:
         name = r["file"].split("data/results/", 1)[-1]
         lines.append("| " + " | ".join([
             f"`{name}`", r["device"], f"`{r['commit']}` ({r['dirty']})", f"{r['mlx']} / {r['mlx_lm']} / {r['blas']}",
-            esc(r["mlx_env"]), _when(r["date"]), esc(cmd)]) + " |")
+            esc(r["mlx_env"]), _when(r["date"]), r.get("repeats", "not stored"), esc(cmd)]) + " |")
+    few = [r["file"].split("data/results/", 1)[-1] for r in rows if r.get("repeats", "").endswith(f"(under {MIN_REPEATS})")]
+    if few:
+        lines += ["", f"{len(few)} of these {len(rows)} files ran some setting fewer than {MIN_REPEATS} times "
+                      f"(\"under {MIN_REPEATS}\" above); their medians and spreads rest on fewer repeats than the "
+                      f"project's rule asks: " + ", ".join(f"`{f}`" for f in few) + "."]
     if inferred:
         lines += ["", "† The file stores no command line (it predates the results format that does); the "
                       "command is the one that writes a file of that name now."]
