@@ -30,12 +30,8 @@ from pathlib import Path
 
 import numpy as np
 
-from mlxlab.core.presets import DEFAULT_MAX_CONTEXT
-from mlxlab.core.runner import run_workload
 from mlxlab.sim.fit import cell_medians, fit_cost_model, mark_cold_chunks
-from mlxlab.sim.simulator import Simulator
 from mlxlab.studies import sim_scoring as SS
-from mlxlab.studies.sim_heldout import HeldOutCase
 from probes import common
 
 QUINTILES = np.array([-1.28, -0.52, 0.0, 0.52, 1.28])  # z of five equally likely draws' midpoints
@@ -48,21 +44,6 @@ def parse_args(argv=None):
     return common.parse(p, argv)
 
 
-def score(result: dict, cms: list, draws) -> dict:
-    """The held-out summary with every share's simulations given by ``draws(cm, case, wl)``."""
-    held, cfg = result["heldout"], result["config"]
-    vocab = next(iter(cfg["workloads"].values()))["vocab_size"]
-    saved = {(r["workload"], r["policy"], r["tenant"], r["metric"]): r for r in held["table"]}
-    rows = []
-    for d in held["cases"]:
-        case = HeldOutCase.from_dict(d)
-        wl = case.workload(vocab)
-        sims = [s for cm in cms for s in draws(cm, case, wl)]
-        rows += SS._rescored_rows(saved, case.name, case.policy, sims)
-    return {m: {"median_rel_error": v["median_rel_error"], "max_rel_error": v["max_rel_error"]}
-            for m, v in SS.summarize(rows).items()}
-
-
 def main(argv=None) -> int:
     args = parse_args(argv)
     result = json.loads(args.validation.read_text())
@@ -71,26 +52,20 @@ def main(argv=None) -> int:
     cms = [fit_cost_model(cell_medians(mark_cold_chunks(s, warm=i == 0)))
            for i, s in enumerate(SS.profile_shares(result["profile"]["records"]))]
 
-    first = next(iter(result["config"]["workloads"].values()))
-    vocab, max_ctx = first["vocab_size"], first.get("max_context") or DEFAULT_MAX_CONTEXT
-
-    def sim(cm, case, wl, **kw):
-        return run_workload(Simulator(cm, policy=case.policy, chunk_size=case.chunk_size,
-                                      vocab_size=vocab, max_context=max_ctx,
-                                      **case.options, **kw), wl).summary
-
     def paced(cm, f):
         c = copy.deepcopy(cm)
         c.coef = cm.coef * f
         return c
 
-    settings = {"one": lambda cm, case, wl: [sim(cm, case, wl)]}
+    settings = {"one": lambda cm: [(cm, {})]}
     for s in args.spreads:
-        settings[f"step noise {s}"] = lambda cm, case, wl, s=s: [sim(cm, case, wl, noise=s, seed=k) for k in range(5)]
-        settings[f"pace {s}"] = lambda cm, case, wl, s=s: [sim(paced(cm, f), case, wl) for f in np.exp(s * QUINTILES)]
+        settings[f"step noise {s}"] = lambda cm, s=s: [(cm, {"noise": s, "seed": k}) for k in range(5)]
+        settings[f"pace {s}"] = lambda cm, s=s: [(paced(cm, f), {}) for f in np.exp(s * QUINTILES)]
     out = {}
-    for name, draws in settings.items():
-        out[name] = score(result, cms, draws)
+    for name, variants in settings.items():
+        held = SS._rescored_heldout(result, cms, result["config"], lambda line: None, {}, variants)
+        out[name] = {m: {"median_rel_error": v["median_rel_error"], "max_rel_error": v["max_rel_error"]}
+                     for m, v in held["summary"].items()}
         common.log("sim_draws", f"{name:16s} " + "  ".join(
             f"{m} {v['median_rel_error']:.1%} (worst {v['max_rel_error']:.1%})" for m, v in out[name].items()))
     common.save(args, "sim_draws", {"source": str(args.validation), "settings": out})

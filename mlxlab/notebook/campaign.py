@@ -164,8 +164,8 @@ def _files_newer(folder: Path, since: float) -> List[Path]:
 def run(platform: str, budget_s: float, *, call: str, only: Optional[Sequence[str]] = None,
         out: Optional[Path] = None, python: str = sys.executable) -> List[dict]:
     """Run pending entries (or the keys in ``only``, in plan order) whose expected time fits what
-    is left of ``budget_s`` (one that does not is skipped and a later, shorter one tried); each runs ``mlxlab reproduce`` for its notebook in a child
-    process killed at the budget's end. Returns this call's log records; also merged into the
+    is left of ``budget_s`` (one that does not is skipped and a later, shorter one tried); each
+    runs ``mlxlab reproduce`` for its notebook in a child process killed at the budget's end. Returns this call's log records; also merged into the
     campaign log and, with ``out``, packed into ``out/campaign.tar.gz``."""
     runs = read_log(platform)
     todo = [e for e in entries(platform) if e.key in set(only)] if only else pending(platform, runs)

@@ -201,8 +201,10 @@ def pass_drift(records: Iterable[dict], kinds: Sequence[str] = ("decode", "prefi
     ``spread`` is the largest max/min - 1 over the kinds. Records without a ``pass`` field (a
     profile measured before passes) give ``passes`` 0."""
     recs = [r for r in records if r.get("duration_s", 0) > 0 and "pass" in r]
-    med = {c["_key"]: c["duration_s"] for c in
-           ({**m, "_key": _cell(m)} for m in cell_medians(recs))}
+    by_cell: Dict[tuple, List[float]] = {}
+    for r in recs:
+        by_cell.setdefault(_cell(r), []).append(r["duration_s"])
+    med = {k: float(np.median(v)) for k, v in by_cell.items()}
     passes = sorted({int(r["pass"]) for r in recs})
     by_kind: Dict[str, List[float]] = {}
     for kind in kinds:

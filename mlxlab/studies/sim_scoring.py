@@ -276,9 +276,12 @@ def _rescored_periods(result: dict, tables: dict, run: str, sims: list) -> None:
         tables[run] = {"engine": eng, "sim": periods(*[r.timeline.to_dict("records") for r in sims])}
 
 
-def _rescored_heldout(result: dict, cms: list, cfg: dict, say: Callable[[str], None], period_tables: dict) -> dict:
+def _rescored_heldout(result: dict, cms: list, cfg: dict, say: Callable[[str], None], period_tables: dict,
+                      variants: Callable[[object], list] = lambda cm: [(cm, {})]) -> dict:
     """The held-out cases of a saved validation again: each rebuilt from its spec, the simulator
-    rerun on every refitted share, the engine's side as saved."""
+    rerun on every refitted share, the engine's side as saved. ``variants(cm)``: the (cost model,
+    extra Simulator options) pairs each share runs as (default: the share once; probes.sim_draws
+    passes several draws)."""
     held = result["heldout"]
     vocab = next(iter(cfg["workloads"].values()))["vocab_size"]
     max_ctx = next(iter(cfg["workloads"].values())).get("max_context") or DEFAULT_MAX_CONTEXT
@@ -288,7 +291,8 @@ def _rescored_heldout(result: dict, cms: list, cfg: dict, say: Callable[[str], N
         case = HeldOutCase.from_dict(d)
         wl = case.workload(vocab)
         res = [run_workload(Simulator(c, policy=case.policy, chunk_size=case.chunk_size, vocab_size=vocab,
-                                      max_context=max_ctx, **case.options), wl) for c in cms]
+                                      max_context=max_ctx, **case.options, **kw), wl)
+               for cm in cms for c, kw in variants(cm)]
         sims = [r.summary for r in res]
         _rescored_periods(result, period_tables, f"{case.name}/{case.policy}", res)
         say(f"[rescore] {case.name} {case.policy}: {len(sims)} shares")
@@ -312,4 +316,3 @@ def _rescored_rows(saved: Dict[tuple, dict], wname: str, policy: str, sims: List
             rows.append(dict(old, sim=simv, sim_saved=old["sim"], sim_runs=sim_runs, rel_error=err,
                              passed=bool(err <= old["tolerance"]), paired_errors=_paired(sim_runs, old["engine_runs"])))
     return rows
-
