@@ -4,6 +4,7 @@ format packed and unpacked, no network) and as two processes under ``mlx.launch`
 (the ring backend; bounded by a subprocess timeout)."""
 
 import random
+import sys
 
 import pytest
 
@@ -115,6 +116,21 @@ def test_two_processes_on_loopback_match_one_engine(tiny, tmp_path):
         want = 0 if r["max_tokens"] == 1 else len(r["prompt"]) * 4 * 2 * 64 * 2 * 4
         assert sent[str(i)]["kv_bytes"] == want, f"request {i}"
     assert files["rank0"]["env"]["OPENBLAS_NUM_THREADS"] == "1" and files["rank1"]["blas"] == files["rank0"]["blas"]
+
+
+def test_launcher_without_its_script_runs_mlx_launch_through_python(tiny, tmp_path, monkeypatch):
+    # the H200's carried mlx bundle has mlx._distributed_utils but no mlx.launch script beside python
+    from mlxlab.studies import disagg as D
+
+    monkeypatch.setattr(D.sys, "executable", str(tmp_path / "bin" / "python3"))  # no mlx.launch there
+    cmd = D.launcher_command()
+    assert cmd[0] == str(tmp_path / "bin" / "python3") and "mlx._distributed_utils.launch" in cmd[-1]
+    monkeypatch.undo()
+    monkeypatch.setattr(D, "launcher_command", lambda: [sys.executable, "-c", cmd[-1]])
+    work = [{"prompt": [5, 6, 7, 8], "max_tokens": 3}]
+    files = D.launch(work, tmp_path / "run", model="tiny", dtype="float32", chunk_size=CHUNK, rounds=1, timeout_s=180)
+    local = disagg.run_local(Engine(tiny, chunk_size=CHUNK), work)
+    assert files["rank1"]["rounds"][0]["requests"]["0"]["output_tokens"] == local[0].output_tokens
 
 
 def test_busy_share_counts_overlapping_steps_once():

@@ -104,6 +104,21 @@ def _run(cmd: List[str], env: dict, timeout_s: float, what: str, idle: bool = Fa
         raise RuntimeError(f"{what} failed (exit {done.returncode}): {done.stderr[-3000:]}")
 
 
+def launcher_command() -> List[str]:
+    """How to start ``mlx.launch``: its console script beside this Python when pip installed
+    mlx there, else the same entry point through this Python (mlx on ``PYTHONPATH``, as the
+    H200's carried bundle is: it has the module but no script)."""
+    script = Path(sys.executable).with_name("mlx.launch")
+    if script.exists():
+        return [str(script)]
+    try:
+        from mlx._distributed_utils import launch as _  # noqa: F401  (mlx's launcher module)
+    except ImportError as e:
+        raise RuntimeError(f"mlx.launch is not beside {sys.executable} and mlx._distributed_utils.launch does not "
+                           f"import ({e}): install mlx (pip install mlx) in this environment") from None
+    return [sys.executable, "-c", "import sys; from mlx._distributed_utils.launch import main; sys.exit(main())"]
+
+
 def launch(workload: List[dict], out: Path, *, model: str = "tiny", dtype: str = "float32", policy: str = "interleave",
            chunk_size: int = 512, rounds: int = 1, local: bool = False, threads: int = 1,
            busy_wait: bool = False, timeout_s: float = TIMEOUT_S) -> Dict[str, dict]:
@@ -120,12 +135,9 @@ def launch(workload: List[dict], out: Path, *, model: str = "tiny", dtype: str =
     if local:
         _run(cmd + ["--local"], env, timeout_s, "the single-engine run")
         return {"local": json.loads((out / "local.json").read_text())}
-    launcher = Path(sys.executable).with_name("mlx.launch")
-    if not launcher.exists():
-        raise RuntimeError(f"mlx.launch is not beside {sys.executable}: install mlx in this environment")
     port = free_port_pair()
     cmd += ["--busy-wait"] if busy_wait else []
-    _run([str(launcher), "--backend", "ring", "--hosts", "127.0.0.1", "-n", "2", "-p", str(port), "--"] + cmd,
+    _run(launcher_command() + ["--backend", "ring", "--hosts", "127.0.0.1", "-n", "2", "-p", str(port), "--"] + cmd,
          env, timeout_s, "the disaggregated run (mlx.launch, ring backend)", idle=True)
     return {f"rank{r}": json.loads((out / f"rank{r}.json").read_text()) for r in (0, 1)}
 
