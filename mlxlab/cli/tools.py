@@ -69,6 +69,13 @@ def register(sub: argparse._SubParsersAction) -> None:
     for c in (c1, c2, c3):
         c.set_defaults(func=cli_campaign)
 
+    rs = sub.add_parser("rescore-warmup", help="decide a saved notebook-04 result's verdicts again, in place",
+                        description="Decide the verdicts of saved warmup_memory.json files (notebook 04) again with "
+                                    "this version's rules, from their stored events and tables: nothing is run, no "
+                                    "measurement changes, and each file is marked rescored_by this commit.")
+    rs.add_argument("files", nargs="+", type=Path, metavar="JSON")
+    rs.set_defaults(func=cli_rescore_warmup)
+
     pp = sub.add_parser("paper", help="build the paper (HTML and PDF) from data/results and data/claims",
                         description="Render paper/paper.md.j2 with every number inserted from data/results and "
                                     "data/claims into DIR/index.html (figures embedded) and DIR/paper.pdf (headless "
@@ -127,6 +134,19 @@ def cli_campaign(args: argparse.Namespace) -> int:
     except cg.CampaignError as exc:
         print(f"mlxlab campaign: {exc}", file=sys.stderr)
         return 1
+    return 0
+
+
+def cli_rescore_warmup(args: argparse.Namespace) -> int:
+    from mlxlab.studies.warmup_memory import rescore_file  # pandas only, no MLX
+
+    for p in args.files:
+        try:
+            doc = rescore_file(p)
+        except (OSError, ValueError) as e:
+            print(f"mlxlab rescore-warmup: {e}", file=sys.stderr)
+            return 2
+        print(f"{p}: " + "; ".join(f"{v['claim']} {v['verdict']}" for v in doc["verdicts"]))
     return 0
 
 

@@ -112,8 +112,7 @@ print(f"one request's buffers: {alloc_run['request_buffers_mb']:.1f} MiB; mlx's 
 alloc
 
 # %%
-note = (f"Models {', '.join(models)}{f' at {bits} bits' if bits else ''}, {prompt_tokens}-token prompts, "
-        f"{repeats} warm repeats, {cold_repeats} process(es) per warm-up mode.")
+note = W.model_note(parameters)
 verdicts = W.verdicts(cold, alloc, scaled=alloc_scaled, request_buffers_mb=alloc_run["request_buffers_mb"],
                       default_limit_mb=alloc_run["default_limit_mb"], fresh_limits=mem, model_note=note)
 S.save("warmup_memory", {"models": models, "bits": bits, "events": ev.to_dict("records"), "cold": cold.to_dict("records"),
