@@ -20,7 +20,7 @@ from mlxlab.cli.cluster import add_cluster_argument, contention_on_cluster
 from mlxlab.cli.common import add_model_arguments, add_save_argument, positive_int
 from mlxlab.core.environment import mlx_env
 from mlxlab.core.results import results_dir, run_folder, save_results
-from mlxlab.train.corpus import build_corpus, heldout_prompts, split_path, write_split
+from mlxlab.train.corpus import build_corpus, heldout_prompts, load_pack, pack_corpus, split_path, write_split
 
 # `bench scheduling --quick`: these chunk sizes and repeats, half the prompt scale
 QUICK = {"chunk_sizes": [128, 512, 2048], "repeats": 3}
@@ -359,6 +359,9 @@ def add_speculate_arguments(parser: argparse.ArgumentParser) -> None:
                         help="prompt + max tokens should stay within the 256 bytes the models were trained on")
     parser.add_argument("--repeats", type=positive_int, default=3)
     parser.add_argument("--no-mlx-lm", action="store_true", help="skip mlx-lm's speculative_generate_step")
+    parser.add_argument("--corpus", default=None, metavar="PACK",
+                        help="cut the prompts from a corpus pack's held-out split (`train-tiny --pack-corpus`) "
+                             "instead of this interpreter's stdlib")
     parser.add_argument("--platform", default=None, help="results folder name (default: detected)")
     parser.add_argument("--name", default="speculation", help="results file name")
     add_save_argument(parser)
@@ -377,7 +380,7 @@ def cli_speculate(args: argparse.Namespace) -> int:
 
     target = load_model(args.target or weights_dir() / TARGET_PRESET)
     draft = load_model(args.draft or weights_dir() / DRAFT_PRESET)
-    held = build_corpus(verify=False)["heldout"]
+    held = (load_pack(args.corpus) if args.corpus else build_corpus(verify=False))["heldout"]
     prompts = heldout_prompts(args.prompts, length=args.prompt_len, seed=args.seed, data=held, midline=True)
     study = speculation_study(target, draft, prompts, ks=args.ks, max_tokens=args.max_tokens,
                               repeats=args.repeats, mlx_lm=not args.no_mlx_lm,
@@ -424,27 +427,31 @@ def add_train_arguments(parser: argparse.ArgumentParser) -> None:
                         help="train on this interpreter's stdlib even if it differs from data/corpus/split.json")
     parser.add_argument("--write-split", action="store_true",
                         help="(re)record data/corpus/split.json from this interpreter, then train")
+    parser.add_argument("--corpus", default=None, metavar="PACK",
+                        help="train on a corpus pack (--pack-corpus) instead of this interpreter's stdlib: the "
+                             "committed split on a machine with another Python")
+    parser.add_argument("--pack-corpus", default=None, metavar="PACK",
+                        help="write the verified corpus to PACK (tar.xz, ~1.5 MB) and stop")
 
 
 def cli_train(args: argparse.Namespace) -> int:
     # mlx: the trainer is imported when its command runs
-    from mlxlab.train.tiny import (
-        DEFAULT_RECIPES,
-        TARGET_PRESET,
-        train_tiny,
-        trained_weights_dir,
-    )
+    from mlxlab.train.tiny import recipe, train_tiny, trained_weights_dir
 
+    if args.pack_corpus:
+        path = pack_corpus(args.pack_corpus)
+        print(f"[train-tiny] wrote {path} ({path.stat().st_size / 1e6:.1f} MB), the split of {split_path()}")
+        return 0
     if args.write_split:
         rec = write_split()
         print(f"[train-tiny] wrote {split_path()}: {rec['num_files']} files, {rec['bytes']} bytes")
-    corpus = build_corpus(verify=not args.no_verify)
+    corpus = load_pack(args.corpus) if args.corpus else build_corpus(verify=not args.no_verify)
     print(f"[train-tiny] corpus ({corpus['meta']['python']}): train {len(corpus['train'])} bytes, "
           f"held-out {len(corpus['heldout'])} bytes", flush=True)
     out_root = Path(args.out) if args.out else trained_weights_dir(args.save)
     log_path = Path(args.log) if args.log else out_root / "train_log.jsonl"
     for name in args.models:
-        r = dict(DEFAULT_RECIPES.get(name, DEFAULT_RECIPES[TARGET_PRESET]))
+        r = recipe(name)
         for k in ("steps", "seq_len", "batch", "lr", "warmup", "seed"):
             if getattr(args, k, None) is not None:
                 r[k] = getattr(args, k)

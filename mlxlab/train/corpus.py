@@ -47,8 +47,9 @@ VOCAB_SIZE = 256
 CORPUS_RECIPE_VERSION = 1
 
 
-class CorpusMismatch(RuntimeError):
-    """The corpus rebuilt here differs from the one recorded in ``split.json``."""
+class CorpusMismatch(RuntimeError, ValueError):
+    """The corpus rebuilt here (or a pack) differs from the one recorded in ``split.json``; a
+    ValueError too, so the command line reports it as a one-line error."""
 
 
 def split_path() -> Path:
@@ -166,6 +167,56 @@ def write_split(path: Union[None, str, Path] = None, root: Union[None, str, Path
     path.parent.mkdir(parents=True, exist_ok=True)
     path.write_text(json.dumps(rec, indent=1) + "\n")
     return rec
+
+
+def pack_corpus(path: Union[str, Path], corpus: Optional[dict] = None) -> Path:
+    """Write the verified corpus to ``path`` as an xz-compressed tar of ``meta.json`` (the split
+    record: versions, file lists, byte counts, sha256), ``train.bin`` and ``heldout.bin``, so a
+    machine with another Python (the H200's) trains on the committed split: the corpus is the
+    interpreter's own standard library, which differs between versions. Returns ``path``."""
+    import io
+    import tarfile
+
+    c = corpus if corpus is not None else build_corpus(verify=True)
+    path = Path(path)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    parts = {"meta.json": json.dumps(dict(c["meta"], files=c["files"]), indent=1).encode(),
+             "train.bin": c["train"], "heldout.bin": c["heldout"]}
+    with tarfile.open(path, "w:xz") as tar:
+        for name, blob in parts.items():
+            info = tarfile.TarInfo(name)
+            info.size, info.mtime, info.mode = len(blob), 0, 0o644
+            tar.addfile(info, io.BytesIO(blob))
+    return path
+
+
+def load_pack(path: Union[str, Path], *, split_file: Union[None, str, Path] = None) -> dict:
+    """The corpus from a :func:`pack_corpus` file, as :func:`build_corpus` returns it, after
+    checking both parts' sha256 against the pack's own record and that record against
+    ``split_file`` (default ``data/corpus/split.json``): a pack of another split is refused."""
+    import tarfile
+
+    path = Path(path)
+    try:
+        with tarfile.open(path, "r:xz") as tar:
+            blobs = {m.name: tar.extractfile(m).read() for m in tar.getmembers() if m.isfile()}
+    except (OSError, tarfile.TarError) as e:
+        raise CorpusMismatch(f"{path} is not a corpus pack ({e}); write one with `mlxlab train-tiny --pack-corpus`")
+    missing = [k for k in ("meta.json", "train.bin", "heldout.bin") if k not in blobs]
+    if missing:
+        raise CorpusMismatch(f"{path} lacks {', '.join(missing)}: not a corpus pack")
+    rec = json.loads(blobs["meta.json"])
+    data = {"train": blobs["train.bin"], "heldout": blobs["heldout.bin"]}
+    for k, b in data.items():
+        if _sha256(b) != rec["sha256"][k]:
+            raise CorpusMismatch(f"{path}: {k}.bin does not match the sha256 the pack records (damaged file)")
+    split = Path(split_file) if split_file else split_path()
+    want = json.loads(split.read_text()) if split.is_file() else None
+    if want is None or want.get("sha256") != rec["sha256"] or want.get("files") != rec["files"]:
+        raise CorpusMismatch(f"{path} holds the split of {rec.get('python')} (sha256 {rec['sha256']['train'][:12]}...), "
+                             f"not the one {split} records: pack the corpus again where that split builds")
+    meta = {k: v for k, v in rec.items() if k != "files"}
+    return {"train": data["train"], "heldout": data["heldout"], "files": rec["files"], "meta": meta}
 
 
 _CORPUS_CACHE: Dict[str, dict] = {}

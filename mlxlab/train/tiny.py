@@ -37,6 +37,21 @@ DEFAULT_RECIPES: Dict[str, dict] = {
 }
 
 
+# issue 20's larger pair, for a GPU (scripts/h200_spec_pair.sh): about 12M training bytes each, 1.4 passes over the
+# train split; the drafts' learning rates are higher, as for the small pair
+GPU_RECIPES: Dict[str, dict] = {
+    "byte-target-large": dict(steps=1500, seq_len=256, batch=32, lr=6e-4, warmup=150, seed=0),
+    "byte-draft-third": dict(steps=1500, seq_len=256, batch=32, lr=1.5e-3, warmup=150, seed=0),
+    "byte-draft-tenth": dict(steps=1500, seq_len=256, batch=32, lr=3e-3, warmup=150, seed=0),
+}
+
+
+def recipe(name: str) -> dict:
+    """The training recipe of preset ``name`` (:data:`DEFAULT_RECIPES`, :data:`GPU_RECIPES`; the
+    target's for any other)."""
+    return dict({**DEFAULT_RECIPES, **GPU_RECIPES}.get(name, DEFAULT_RECIPES[TARGET_PRESET]))
+
+
 def weights_dir() -> Path:
     """Where the trained pair lives (``data/weights/<preset>``)."""
     return data_dir() / "weights"
@@ -266,6 +281,7 @@ def train_tiny(config_name: Union[str, dict] = TARGET_PRESET, steps: int = 1500,
         extra = {"trained_by": f"{train_tiny.__module__}.{train_tiny.__qualname__}",  # the trainer's dotted name
                  "hyper": hyper, "num_params": n_params,
                  "corpus_sha256": corpus["meta"]["sha256"], "python": python_version(),
+                 "corpus_python": corpus["meta"].get("python"),  # the split's, which a pack carries elsewhere
                  "heldout_float32": final, "train_wall_s": round(run["wall_s"], 1)}
         out, summary["heldout_saved"] = _save_and_check(model, cfg, out_dir, save_dtype, extra, held, seq_len,
                                                         final_eval_windows)
