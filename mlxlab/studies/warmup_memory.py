@@ -305,36 +305,34 @@ def model_note(params: Dict) -> str:
             f"prompts, {params['repeats']} warm repeats, {params['cold_repeats']} process(es) per warm-up mode.")
 
 
-def rescore_file(path, *, write: bool = True) -> Dict:
-    """Decide the verdicts of a saved notebook-04 result (``warmup_memory.json``) again with this
-    code's rules, in place, from its stored events and tables; nothing is run and no measurement
-    changes. The run's ``environment`` stays, ``rescored_by`` records this code's commit, whether
-    its tree was dirty and when. Returns the new document."""
-    import datetime as _dt
+def rescore_file(path) -> Dict:
+    """Decide the verdicts of a saved notebook-04 result (``warmup_memory.json``), and the cold
+    table beside them, again with this code's rules, in place, from its stored events and tables
+    (:func:`~mlxlab.core.results.rescore_verdicts_in_place`: nothing is run, no measurement
+    changes, ``rescored_by`` records this code's commit). Returns the new document."""
     import json
     from pathlib import Path
 
     from mlxlab.core.claims import check_verdicts
-    from mlxlab.core.results import _git_commit, _git_dirty, jsonable
-    from mlxlab.studies.scheduling_claims import write_json_like
+    from mlxlab.core.results import rescore_verdicts_in_place
 
     path = Path(path)
-    doc = json.loads(path.read_text())
-    missing = [k for k in ("events", "alloc_table", "alloc_cache", "cache_limits", "parameters") if k not in doc]
+    missing = [k for k in ("events", "alloc_table", "alloc_cache", "cache_limits", "parameters")
+               if k not in json.loads(path.read_text())]
     if missing:
         raise ValueError(f"{path} is not a notebook-04 result (no {', '.join(missing)}): rescore a warmup_memory.json")
-    params = doc["parameters"]
-    cold = cold_table(pd.DataFrame(doc["events"]))
-    ac = doc["alloc_cache"]
-    vs = check_verdicts(verdicts(cold, pd.DataFrame(doc["alloc_table"]), scaled=params["alloc_scaled"],
-                                 request_buffers_mb=ac["request_buffers_mb"], default_limit_mb=ac.get("default_limit_mb"),
-                                 fresh_limits=pd.DataFrame(doc["cache_limits"]), model_note=model_note(params)),
-                        experiment=path.stem)
-    out = dict(doc, verdicts=vs, cold=cold.to_dict("records"))  # the file's own key order
-    out["rescored_by"] = {"commit": _git_commit(), "dirty": _git_dirty(),
-                          "at": _dt.datetime.now(_dt.timezone.utc).isoformat(timespec="seconds"),
-                          "what": "verdicts and the cold table decided again from the saved events and tables by "
-                                  "mlxlab.studies.warmup_memory.rescore_file; no measurement was re-run or changed"}
-    if write:
-        write_json_like(path, jsonable(out), path.read_text())
-    return out
+
+    def decide(doc: Dict) -> List[Dict]:  # the cold table the verdicts read is stored again beside them
+        params, ac = doc["parameters"], doc["alloc_cache"]
+        cold = cold_table(pd.DataFrame(doc["events"]))
+        doc["cold"] = cold.to_dict("records")
+        vs = verdicts(cold, pd.DataFrame(doc["alloc_table"]),
+                      scaled=params["alloc_scaled"], request_buffers_mb=ac["request_buffers_mb"],
+                      default_limit_mb=ac.get("default_limit_mb"), fresh_limits=pd.DataFrame(doc["cache_limits"]),
+                      model_note=model_note(params))
+        return check_verdicts(vs, experiment=path.stem)
+
+    return rescore_verdicts_in_place(path, decide, "verdicts and the cold table decided again from the saved "
+                                                   "events and tables by "
+                                                   "mlxlab.studies.warmup_memory.rescore_file; no measurement "
+                                                   "was re-run or changed")
