@@ -21,6 +21,9 @@
 # weights (under 16 MiB each), the training log, and h200/speculation_large_{third,tenth}.json.
 # TRAIN_ARGS and SPEC_ARGS (e.g. "--steps 2" or "--prompts 2") go after each command's own
 # arguments, so a rehearsal on a CPU with a stub scripts/h200.sh can run the whole chain small.
+# SPEC_DTYPE (default float16): the first run (2026-12-02) used the GPU default bfloat16, whose tied
+# logits made every draft length's output leave the target's (scripts/spec_exactness.py measured
+# it: 12/16 prompts identical in bfloat16, 16/16 in float16 and float32).
 # Commit the results to data/results/h200/, the manifest and log to data/results/h200/spec_pair/,
 # and the drafts to data/weights/.
 set -uo pipefail
@@ -32,13 +35,19 @@ MODELS="byte-target-large byte-draft-third byte-draft-tenth"
 export MLX_CUDA_USE_CUDNN_SDPA=${MLX_CUDA_USE_CUDNN_SDPA:-0}
 [ -f "$PACK" ] || { echo "no $PACK: run 'python -m mlxlab.cli train-tiny --pack-corpus $PACK' here and carry it" >&2; exit 2; }
 rc=0
+# each part stops itself this many seconds after the call began, so the copy into $OUT below still
+# runs inside the device's 600 s: a model is saved when its training ends, so a stopped `train`
+# keeps the ones before it and the next `train` call picks up the rest
+LIMIT_S=${LIMIT_S:-540}
+START=$SECONDS
+left() { local l=$((LIMIT_S - (SECONDS - START))); [ "$l" -gt 5 ] && echo "$l" || echo 5; }
 
 train() {
   local todo=""
   for m in $MODELS; do [ -f "$W/$m/model.safetensors" ] || todo="$todo $m"; done
   if [ -z "$todo" ]; then echo "== all three models are in $W"; return 0; fi
   echo "== train-tiny$todo"
-  bash scripts/h200.sh train-tiny --corpus "$PACK" --models $todo --out "$W" --eval-every 250 ${TRAIN_ARGS:-} || rc=$?
+  timeout "$(left)" bash scripts/h200.sh train-tiny --corpus "$PACK" --models $todo --out "$W" --eval-every 250 ${TRAIN_ARGS:-} || rc=$?
 }
 
 bench() {
@@ -47,8 +56,8 @@ bench() {
   done
   for d in third tenth; do
     echo "== bench speculation: byte-target-large with byte-draft-$d"
-    bash scripts/h200.sh bench speculation --target "$W/byte-target-large" --draft "$W/byte-draft-$d" \
-      --corpus "$PACK" --ks 1 2 3 4 5 6 7 8 --repeats ${SPEC_REPEATS:-5} --name "speculation_large_$d" --save ${SPEC_ARGS:-} || rc=$?
+    timeout "$(left)" bash scripts/h200.sh bench speculation --target "$W/byte-target-large" --draft "$W/byte-draft-$d" \
+      --corpus "$PACK" --ks 1 2 3 4 5 6 7 8 --repeats ${SPEC_REPEATS:-5} --dtype ${SPEC_DTYPE:-float16} --name "speculation_large_$d" --save ${SPEC_ARGS:-} || rc=$?
   done
 }
 

@@ -279,3 +279,46 @@ def test_engine_trained_pair_speculates_exactly(pair, code_prompts):
     for r in reqs:
         assert_matches(r.output_tokens, reference(target, r.prompt, 48))
     assert sum(r.draft_accepted for r in reqs) / sum(r.draft_proposed for r in reqs) > 0.3
+
+
+def test_greedy_exactness_float32_has_no_flips(pair, code_prompts):
+    """In float32 on the CPU the speculative outputs (ours and mlx-lm's) equal the target's own
+    greedy output, and a teacher-forced pass picks the same argmax as one-token decoding at
+    every position: the baseline the H200's bfloat16 divergence is read against."""
+    from mlxlab.studies.speculation import greedy_exactness
+
+    target, draft = pair
+    r = greedy_exactness(target, draft, code_prompts[:2], k=3, max_tokens=24)
+    assert r["num_prompts"] == 2 and r["positions"] == 48
+    assert r["ours_identical"] == 2 and r["mlx_lm_identical"] == 2
+    assert r["flip_positions"] == 0 and r["margins_at_flips"] == []
+    assert all(p["ours_first_diff"] is None for p in r["per_prompt"])
+    assert 0.0 <= r["max_abs_logit_diff"] < 1e-2
+
+
+def test_greedy_exactness_reports_the_first_difference():
+    """_first_diff names the first index two token lists part at, and a length difference."""
+    from mlxlab.studies.speculation import _first_diff
+
+    assert _first_diff([1, 2, 3], [1, 2, 3]) is None
+    assert _first_diff([1, 2, 3], [1, 5, 3]) == 1
+    assert _first_diff([1, 2], [1, 2, 3]) == 2
+
+
+def test_pair_speedups_chart_from_committed_h200_results():
+    """The large pair's figure is built from the stored studies: one row per draft and k with the
+    median inside the repeats' range, and both analytic curves beside it."""
+    import json
+
+    from mlxlab.studies.speculation_charts import pair_rows, pair_speedups_chart
+    from mlxlab.core.paths import ROOT
+
+    files = {d: ROOT / "data/results/h200" / f"speculation_large_{d}.json" for d in ("third", "tenth")}
+    if not all(f.exists() for f in files.values()):
+        pytest.skip("H200 results of the large pair not present")
+    studies = {d: json.loads(f.read_text()) for d, f in files.items()}
+    df = pair_rows(studies)
+    assert len(df) == sum(len(s["rows"]) for s in studies.values())
+    assert ((df.lo <= df.measured) & (df.measured <= df.hi)).all()
+    spec = pair_speedups_chart(studies, "t").to_dict()
+    assert spec["facet"]["field"] == "draft" and len(spec["spec"]["layer"]) == 4

@@ -358,6 +358,10 @@ def add_speculate_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--max-tokens", type=int, default=64,
                         help="prompt + max tokens should stay within the 256 bytes the models were trained on")
     parser.add_argument("--repeats", type=positive_int, default=3)
+    parser.add_argument("--dtype", default=None,
+                        help="both models' dtype (default: float32 on a CPU, bfloat16 on a GPU). On the H200 "
+                             "bfloat16 logits tie often enough that speculation leaves the target's greedy "
+                             "output (data/results/h200/speculation_exactness.json); float16 and float32 do not")
     parser.add_argument("--no-mlx-lm", action="store_true", help="skip mlx-lm's speculative_generate_step")
     parser.add_argument("--corpus", default=None, metavar="PACK",
                         help="cut the prompts from a corpus pack's held-out split (`train-tiny --pack-corpus`) "
@@ -378,8 +382,8 @@ def cli_speculate(args: argparse.Namespace) -> int:
     )
     from mlxlab.train.tiny import DRAFT_PRESET, TARGET_PRESET, weights_dir
 
-    target = load_model(args.target or weights_dir() / TARGET_PRESET)
-    draft = load_model(args.draft or weights_dir() / DRAFT_PRESET)
+    target = load_model(args.target or weights_dir() / TARGET_PRESET, dtype=args.dtype)
+    draft = load_model(args.draft or weights_dir() / DRAFT_PRESET, dtype=args.dtype)
     held = (load_pack(args.corpus) if args.corpus else build_corpus(verify=False))["heldout"]
     prompts = heldout_prompts(args.prompts, length=args.prompt_len, seed=args.seed, data=held, midline=True)
     study = speculation_study(target, draft, prompts, ks=args.ks, max_tokens=args.max_tokens,
@@ -388,7 +392,8 @@ def cli_speculate(args: argparse.Namespace) -> int:
     study["teacher_forced"] = teacher_forced_agreement(target, draft, held, max_windows=128)
     print(f"teacher-forced greedy agreement on held-out code: {study['teacher_forced']['agreement']:.3f}")
     study["models"] = {"target": target.name, "draft": draft.name,
-                       "target_params": target.num_params, "draft_params": draft.num_params}
+                       "target_params": target.num_params, "draft_params": draft.num_params,
+                       "dtype": str(target.dtype)}
     print(format_study(study))
     params = {k: v for k, v in vars(args).items() if k not in ("func", "save")}
     path = save_results(args.name, study, platform=args.platform, folder=run_folder(args.platform, args.save),

@@ -108,3 +108,48 @@ def where_it_pays_chart(a_values: Sequence[float], c_values: Sequence[float], *,
                             subtitle="above the black line no draft length is faster than the target alone")
     return alt.layer(*layers, title=title).resolve_scale(color="independent", fill="independent").properties(
         width=380, height=320)
+
+
+def pair_rows(studies: dict) -> pd.DataFrame:
+    """One row per (draft, k) of ``bench speculation`` results (``{label: study}``): the measured
+    decode speedup's median and its min and max over the repeats (each paired with its repeat's
+    baseline), and the analytic model's at the measured acceptance and cost ratio, with v = 1
+    (the textbook formula) and with the measured cost v of a verification pass."""
+    rows = []
+    for label, s in studies.items():
+        c = s["cost"]["c"]
+        for r in s["rows"]:
+            reps = r["speedup_decode_repeats"]
+            rows.append({"draft": f"{label} (c = {c:.2f})", "k": r["k"], "a_hat": r["a_hat"], "v": r["v"],
+                         "measured": float(np.median(reps)), "lo": min(reps), "hi": max(reps),
+                         "analytic (v = 1)": r["speedup_analytic"], "analytic (measured v)": r["speedup_analytic_v"]})
+    return pd.DataFrame(rows)
+
+
+def pair_speedups_chart(studies: dict, title: Optional[str] = None) -> alt.FacetChart:
+    """Measured decode speedup over draft length k (dots: median, bars: min-max over repeats)
+    against the analytic model with v = 1 and with the measured verification cost, one panel per
+    draft of ``studies`` (``{label: bench speculation result}``)."""
+    df = pair_rows(studies)
+    what = ["analytic (v = 1)", "analytic (measured v)", "measured (median, min-max)"]
+    model = df.melt(id_vars=["draft", "k"], value_vars=what[:2], var_name="what", value_name="speedup")
+    meas = df[["draft", "k", "a_hat", "v", "lo", "hi"]].assign(what=what[2], speedup=df["measured"])
+    data = pd.concat([model, meas], ignore_index=True)
+    color = alt.Color("what:N", title=None, scale=alt.Scale(domain=what, range=[PALETTE[0], PALETTE[2], PALETTE[4]]),
+                      legend=alt.Legend(orient="bottom", labelLimit=0))
+    x = alt.X("k:Q", title="draft tokens k", axis=alt.Axis(tickMinStep=1))
+    y = alt.Y("speedup:Q", title="decode speedup over the target alone (x)", scale=alt.Scale(zero=False))
+    is_meas = alt.datum.what == what[2]
+    base = alt.Chart()
+    lines = base.mark_line(point=True, strokeDash=[4, 3]).encode(
+        x=x, y=y, color=color, tooltip=["k", "what", alt.Tooltip("speedup:Q", format=".3f")]
+    ).transform_filter(~is_meas)
+    bars = base.mark_rule(strokeWidth=2).encode(x="k:Q", y="lo:Q", y2="hi:Q", color=color).transform_filter(is_meas)
+    dots = base.mark_point(size=70, filled=True).encode(
+        x="k:Q", y="speedup:Q", color=color,
+        tooltip=["k", alt.Tooltip("speedup:Q", format=".3f"), alt.Tooltip("a_hat:Q", format=".2f"),
+                 alt.Tooltip("v:Q", format=".2f")]).transform_filter(is_meas)
+    one = base.mark_rule(color="black", strokeDash=[2, 2]).encode(y=alt.datum(1.0))
+    return alt.layer(lines, bars, dots, one, data=data).properties(width=300, height=240).facet(
+        facet=alt.Facet("draft:N", title=None, sort=list(dict.fromkeys(df["draft"]))), columns=2,
+        title=title or alt.Undefined)
