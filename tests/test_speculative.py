@@ -285,7 +285,7 @@ def test_greedy_exactness_float32_has_no_flips(pair, code_prompts):
     """In float32 on the CPU the speculative outputs (ours and mlx-lm's) equal the target's own
     greedy output, and a teacher-forced pass picks the same argmax as one-token decoding at
     every position: the baseline the H200's bfloat16 divergence is read against."""
-    from mlxlab.studies.speculation import greedy_exactness
+    from mlxlab.studies.speculation_exactness import greedy_exactness
 
     target, draft = pair
     r = greedy_exactness(target, draft, code_prompts[:2], k=3, max_tokens=24)
@@ -298,7 +298,7 @@ def test_greedy_exactness_float32_has_no_flips(pair, code_prompts):
 
 def test_greedy_exactness_reports_the_first_difference():
     """_first_diff names the first index two token lists part at, and a length difference."""
-    from mlxlab.studies.speculation import _first_diff
+    from mlxlab.studies.speculation_exactness import _first_diff
 
     assert _first_diff([1, 2, 3], [1, 2, 3]) is None
     assert _first_diff([1, 2, 3], [1, 5, 3]) == 1
