@@ -16,6 +16,7 @@ from mlx_lm.models.cache import make_prompt_cache
 from mlxlab.core.presets import module_of
 from mlxlab.engine.speculative import mlx_lm_speculative, speculative_generate, target_generate
 
+
 def greedy_exactness(target, draft, prompts: Sequence[Sequence[int]], *, k: int = 4,
                      max_tokens: int = 64, mlx_lm: bool = True) -> dict:
     """Whether speculation reproduces the target's own greedy output, and why not where it does not.
