@@ -36,3 +36,9 @@ def add_save_argument(parser: argparse.ArgumentParser, where: str = "data/result
     ``default`` says (a new run folder: :func:`mlxlab.core.results.run_folder`), so trying a
     command never overwrites the results the paper is built from. Returns the action."""
     return parser.add_argument("--save", action="store_true", help=f"replace the committed {what} in {where}; {default}")
+
+
+def model_record(preset: str, model) -> dict:
+    """What a results file records of the model it measured."""
+    return {"preset": preset, "dtype": str(model.dtype), "bits": model.bits,
+            "num_params": model.num_params, "nbytes": model.nbytes}

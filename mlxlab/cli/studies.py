@@ -17,14 +17,11 @@ from pathlib import Path
 from typing import Optional
 
 from mlxlab.cli.cluster import add_cluster_argument, contention_on_cluster
-from mlxlab.cli.common import add_model_arguments, add_save_argument, positive_int
+from mlxlab.cli.common import add_model_arguments, add_save_argument, model_record, positive_int
+from mlxlab.cli.scheduling import add_bench_scheduling
 from mlxlab.core.environment import mlx_env
 from mlxlab.core.results import results_dir, run_folder, save_results
 from mlxlab.train.corpus import build_corpus, heldout_prompts, load_pack, pack_corpus, split_path, write_split
-
-# `bench scheduling --quick`: these chunk sizes and repeats, half the prompt scale
-QUICK = {"chunk_sizes": [128, 512, 2048], "repeats": 3}
-
 
 def register(sub: argparse._SubParsersAction) -> None:
     """Add ``bench`` (with ``engine`` / ``scheduling`` / ``contention`` / ``speculation``) and ``train-tiny`` to the
@@ -33,7 +30,7 @@ def register(sub: argparse._SubParsersAction) -> None:
     bsub = bench.add_subparsers(dest="what", required=True)
     _add_bench_engine(bsub.add_parser(
         "engine", help="single-stream and batched throughput vs generate_step / BatchGenerator"))
-    _add_bench_scheduling(bsub.add_parser(
+    add_bench_scheduling(bsub.add_parser(
         "scheduling", help="the seed-001 stall and its fixes on the engine, beside BatchGenerator"))
     _add_bench_contention(bsub.add_parser(
         "contention", help="a chat streaming while a long document prefills: engine settings vs BatchGenerator",
@@ -50,10 +47,6 @@ def register(sub: argparse._SubParsersAction) -> None:
     add_train_arguments(tt)
     tt.set_defaults(func=cli_train)
 
-
-def _model_record(preset: str, model) -> dict:
-    return {"preset": preset, "dtype": str(model.dtype), "bits": model.bits,
-            "num_params": model.num_params, "nbytes": model.nbytes}
 
 
 # ----------------------------------------------------------------------------- bench engine
@@ -95,7 +88,7 @@ def cli_bench_engine(args: argparse.Namespace) -> int:
               f"dtype={model.dtype}, bits={model.bits}", flush=True)
         res = bench_engine(model, prompt_tokens=args.prompt_tokens, decode_tokens=args.decode_tokens,
                            batch=args.batch, chunk_size=args.chunk_size, repeats=args.repeats)
-        res["model"] = _model_record(preset, model)
+        res["model"] = model_record(preset, model)
         out["presets"][preset] = res
         for k in ("single_prefill_tok_s", "single_decode_tok_s", "batched_decode_tok_s"):
             r = res[k]
@@ -175,7 +168,7 @@ def cli_bench_contention(args: argparse.Namespace) -> int:
               f"repeats {args.repeats}, warm-up {args.warmup}", flush=True)
         res = run_contention(model, doc_tokens=args.doc_tokens, chat_context=args.chat_context, repeats=args.repeats,
                              settings=args.settings, warmup=args.warmup, seed=args.seed)
-        res["model"] = _model_record(preset, model)
+        res["model"] = model_record(preset, model)
         out["presets"][preset] = res
         print(format_table(preset, res), flush=True)
         # written after every preset, so a run cut short by a time limit keeps what it measured
@@ -243,101 +236,6 @@ def _print_limit(limit: dict) -> None:
         for side, p in r["host_profile"].items():
             parts = "  ".join(f"{k[:-3]} {v:7.1f}" for k, v in p.items() if k.endswith("_us"))
             print(f"      host us/step {side:6s} {parts}", flush=True)
-
-
-# ----------------------------------------------------------------------------- bench scheduling
-
-
-def _add_bench_scheduling(bs: argparse.ArgumentParser) -> None:
-    add_model_arguments(bs)
-    bs.add_argument("--quick", action="store_true",
-                    help="half the prompt scale, chunks 128/512/2048, 3 repeats (about 1 minute on a CPU with tiny); "
-                         "never saved: --save refuses it")
-    bs.add_argument("--repeats", type=positive_int, default=None, help="runs per configuration (default 3)")
-    bs.add_argument("--scale", type=float, default=None,
-                    help="long prompts are 16k-32k tokens times this (default: 1 on a GPU, 1/16 on a CPU, "
-                         "less where the model's context is shorter)")
-    bs.add_argument("--chunk-sizes", type=int, nargs="+", default=None)
-    bs.add_argument("--workers", type=int, nargs="+", default=[1, 2, 4])
-    bs.add_argument("--policies", nargs="+", default=None,
-                    help="subset of interleave mlx_lm admission_gate stall_free slo overlap")
-    bs.add_argument("--stall-chunk", type=int, default=2048)
-    bs.add_argument("--gate-chunk", type=int, default=512)
-    bs.add_argument("--slo-min-chunk", type=int, default=32,
-                    help="smallest chunk slo may choose (on a CPU a 32-token chunk alone can exceed its ITL target)")
-    bs.add_argument("--slo-chunk-multiple", type=int, default=1,
-                    help="slo rounds its chunks down to multiples of this (fewer shapes for a backend that "
-                         "prepares work per query length, e.g. mlx CUDA)")
-    bs.add_argument("--seed", type=int, default=0)
-    bs.add_argument("--quiet", action="store_true", help="no line per run")
-    bs.add_argument("--platform", default=None, help="results folder name (default: detected)")
-    bs.add_argument("--name", default="scheduling", help="results file name")
-    add_save_argument(bs)
-    bs.add_argument("--rescore", nargs="+", default=None, metavar="JSON",
-                    help="add the claims' verdicts to saved scheduling results, in place, from their tables "
-                         "(no model, no device; marked rescored_by this commit) and stop")
-    bs.set_defaults(func=cli_bench_scheduling)
-
-
-def _jsonl_appender(path: Path):
-    """A callback that appends each row to ``path`` as one JSON line (the file starts empty)."""
-    path.parent.mkdir(parents=True, exist_ok=True)
-    path.write_text("")
-
-    def append(row: dict) -> None:
-        with path.open("a") as f:
-            f.write(json.dumps(row, default=str) + "\n")
-
-    return append
-
-
-def _rescore_scheduling(paths) -> int:
-    from mlxlab.studies.scheduling_claims import rescore_file  # no MLX
-
-    for p in paths:
-        doc = rescore_file(p)
-        print(f"{p}: " + "; ".join(f"{v['claim']} {v['verdict']}" for v in doc["verdicts"]))
-    return 0
-
-
-def cli_bench_scheduling(args: argparse.Namespace) -> int:
-    if args.rescore:
-        return _rescore_scheduling(args.rescore)
-    if args.quick and args.save:
-        raise ValueError("--save replaces the committed results, which a --quick run must not: drop one")
-    # mlx: the studies are imported when their command runs
-    from mlxlab.engine.models import load_model
-    from mlxlab.studies.scheduling import format_table, scheduling_study
-    from mlxlab.studies.scheduling_plan import ALL_POLICIES, default_scale
-
-    model = load_model(args.model, bits=args.bits, dtype=args.dtype)
-    scale = args.scale or (default_scale(model) / 2 if args.quick else default_scale(model))
-    chunk_sizes = args.chunk_sizes or (QUICK["chunk_sizes"] if args.quick else [256, 512, 1024, 2048])
-    repeats = args.repeats or (QUICK["repeats"] if args.quick else 3)
-    print(f"[bench scheduling] {args.model}: {model.num_params / 1e6:.1f}M params, dtype={model.dtype}, "
-          f"bits={model.bits}; scale {scale:.4g}, chunks {chunk_sizes}, workers {args.workers}, "
-          f"repeats {repeats}", flush=True)
-    folder = run_folder(args.platform, args.save)  # the committed folder only with --save (never --quick)
-    on_run = _jsonl_appender(folder / f"{args.name}_runs.jsonl")  # every run as it ends
-    study = scheduling_study(model, platform_scale=scale, policies=args.policies or ALL_POLICIES,
-                             chunk_sizes=chunk_sizes, workers=args.workers, repeats=repeats,
-                             stall_chunk=args.stall_chunk, gate_chunk=args.gate_chunk, seed=args.seed,
-                             slo_min_chunk=args.slo_min_chunk, slo_chunk_multiple=args.slo_chunk_multiple,
-                             log=None if args.quiet else (lambda line: print(line, flush=True)), on_run=on_run)
-    study["model"] = _model_record(args.model, model)
-    study["config"]["quick"] = bool(args.quick)
-    # backend switches change what is measured (e.g. MLX_CUDA_USE_CUDNN_SDPA=0): keep them with it
-    study["config"]["mlx_env"], study["config"]["mlx_env_warnings"] = mlx_env()
-    print(format_table(study))
-    from mlxlab.studies.scheduling_claims import parameters, verdicts
-
-    vs = verdicts(study)
-    for v in vs:
-        print(f"[{v['verdict']}] {v['claim']}: {v['measured']}")
-    params = parameters(study, preset=args.model, bits=args.bits, dtype=args.dtype)
-    path = save_results(args.name, study, platform=args.platform, folder=folder, verdicts=vs, parameters=params)
-    print(f"wrote {path} ({study['wall_s']:.0f} s)")
-    return 0
 
 
 # ----------------------------------------------------------------------------- bench speculation

@@ -31,6 +31,7 @@ from __future__ import annotations
 
 import math
 import time
+from dataclasses import replace
 from typing import Callable, Dict, List, Optional, Sequence
 
 from mlxlab.core.runner import run_workload
@@ -49,18 +50,24 @@ from mlxlab.studies.scheduling_plan import (
     plan_study,
     reference_jobs,
 )
+from mlxlab.studies.scheduling_merge import kept_runs
 from mlxlab.studies.scheduling_verdict import study_result
 
 
 def scheduling_study(model, *, log: Optional[Callable[[str], None]] = None,
-                     on_run: Optional[Callable[[dict], None]] = None, **options) -> dict:
+                     on_run: Optional[Callable[[dict], None]] = None,
+                     on_repeat: Optional[Callable[[dict], None]] = None, keep_runs: bool = False,
+                     **options) -> dict:
     """Measure the stall and its fixes on the real engine, beside mlx-lm, on the same workloads.
 
     ``options`` are :func:`~mlxlab.studies.scheduling_plan.plan_study`'s (``platform_scale``,
     ``policies``, ``chunk_sizes``, ``workers``, ``repeats``, chunk sizes and policy settings,
     ``warmup``). ``log`` is called with one line per run (e.g. ``print``); ``on_run`` with each
     run's scalar metrics and configuration as it finishes (the CLI appends them to a JSONL file,
-    so a run cut short by a time limit keeps them).
+    so a run cut short by a time limit keeps them); ``on_repeat`` with the result so far after
+    each repeat (the CLI rewrites its results file, so a study cut short keeps its whole repeats).
+    ``keep_runs`` adds every run's own numbers (``runs``), the plan and the calibration, which
+    :func:`mlxlab.studies.scheduling_merge.merge_parts` pools across processes.
 
     Returns a JSON-ready dict (NaN where nothing could be measured): ``config``, ``references``,
     ``claims`` (list of dicts: name, goal, measured, passed, evidence, status), ``table`` (one row
@@ -88,12 +95,19 @@ def scheduling_study(model, *, log: Optional[Callable[[str], None]] = None,
         warmup_s["contention"], n = _warm_jobs(bench, jobs)
         say(f"[scheduling] warm-up of {n} contention executors done ({warmup_s['contention']:.1f} s)")
 
+    def result(done: int) -> dict:
+        out = study_result(replace(plan, repeats=done), calib, bench.runs, bench.meta, warmup_s)
+        out["wall_s"] = time.perf_counter() - t_start
+        if keep_runs:
+            out.update(kept_runs(plan, calib, bench.runs, bench.meta, done))
+        return out
+
     for rep in range(plan.repeats):
         for job in (references if rep else []) + jobs:  # repeat 0's references ran above
             bench.measure(job)
-    result = study_result(plan, calib, bench.runs, bench.meta, warmup_s)
-    result["wall_s"] = time.perf_counter() - t_start
-    return result
+        if on_repeat is not None and rep + 1 < plan.repeats:
+            on_repeat(result(rep + 1))
+    return result(plan.repeats)
 
 
 class _Bench:
