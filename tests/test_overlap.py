@@ -380,11 +380,10 @@ def test_worker_failure_is_raised_on_the_main_thread(tiny):
 def test_wait_for_exit_returns_once_the_os_thread_is_gone():
     """At interpreter exit the prefill thread is joined and then waited for until its OS thread
     has exited (mlx frees a thread's streams then); on Linux /proc/self/task lists live threads."""
-    from mlxlab.engine.overlap import _wait_for_exit
+    from mlxlab.core.threads import join_fully
     t = threading.Thread(target=lambda: None)
     t.start()
-    t.join()
-    _wait_for_exit(t)
+    assert join_fully(t)
     if Path("/proc/self/task").is_dir():
         assert not Path(f"/proc/self/task/{t.native_id}").exists()
 

@@ -236,6 +236,21 @@ def test_a_request_over_the_kv_budget_is_refused_with_the_reason_and_others_wait
         stop()
 
 
+def test_stop_returns_only_once_the_engine_os_thread_has_exited(tiny):
+    """mlx frees a thread's streams when its OS thread exits; a process that exits before then
+    aborts ("terminate called without an active exception", seen in CI after the README's server
+    block). So stop() waits for the engine's OS thread, not only for Python's join."""
+    srv = serve.build(tiny, model_name="tiny", chunk_size=64)
+    url, stop = serve.start_background(srv)
+    r = httpx.post(url + "/v1/completions", json={"model": "tiny", "prompt": "x", "max_tokens": 4})
+    assert r.status_code == 200
+    tid = srv.worker.thread.native_id
+    stop()
+    assert not srv.worker.alive
+    if Path("/proc/self/task").is_dir():
+        assert not Path(f"/proc/self/task/{tid}").exists()
+
+
 def test_over_max_in_flight_a_request_gets_429_with_retry_after(tiny):
     srv = serve.build(tiny, model_name="tiny", chunk_size=64, max_in_flight=1)
     url, stop = serve.start_background(srv)

@@ -43,6 +43,7 @@ import mlx.core as mx
 from mlx_lm.models.cache import KVCache, make_prompt_cache
 
 from mlxlab.core.request import Request, StepRecord
+from mlxlab.core.threads import join_fully
 from mlxlab.engine.disagg_wire import (  # noqa: F401 (the wire's names are this module's API too)
     HEADER, KIND_DONE, KIND_PROMPT, KIND_TRIGGER, Comms, Receiver, _send, pack_prompt, recv_message,
     send_prompt, send_signal, unpack_prompt)
@@ -309,6 +310,6 @@ def run_decode(engine: DecodeEngine, workload: List[dict], comms: Comms) -> dict
             if trig.pending and not engine.has_work and peer_done:
                 raise RuntimeError(f"requests {trig.pending} wait on triggers that can no longer fire")
         engine.flush()
-    receiver.join()
+    join_fully(receiver)  # its OS thread too: it held an mlx stream (see mlxlab.core.threads)
     send_signal(comms, PREFILL_RANK, KIND_DONE)
     return {"requests": reqs, "received": received, "engine": engine}

@@ -48,15 +48,14 @@ from __future__ import annotations
 
 import atexit
 import collections
-import os
 import threading
-import time
 import weakref
 from typing import Callable, Deque, Dict, List, Optional, Set, Tuple
 
 import mlx.core as mx
 
 from mlxlab.core.request import SequenceState, StepRecord
+from mlxlab.core.threads import join_fully
 
 OVERLAP_SYNCS = ("layer", "pipelined", "chunk")
 PACE_GAPS = 16  # decode-only gaps the pacer's reference is the median of
@@ -111,14 +110,13 @@ class PrefillThread:
 
     def shutdown(self) -> None:
         """Let the queued jobs finish, then stop the thread and wait until it has exited (at
-        interpreter exit: see :func:`_wait_for_exit`)."""
+        interpreter exit: see :mod:`mlxlab.core.threads`)."""
         with self._cv:
             self._stopping = True
             self._cv.notify_all()
             thread = self.thread
         if thread is not None and thread is not threading.current_thread():
-            thread.join()
-            _wait_for_exit(thread)
+            join_fully(thread)
 
     def _loop(self) -> None:
         stream = mx.new_stream(mx.default_device())  # streams are per thread: make it here, once
@@ -133,24 +131,6 @@ class PrefillThread:
             if worker is not None:
                 worker._run(job, stream)
             worker = job = None  # hold nothing of an engine between jobs
-
-
-def _wait_for_exit(thread: threading.Thread, timeout_s: float = 2.0) -> None:
-    """Wait until a joined thread's operating-system thread is gone. mlx keeps a thread's streams
-    in thread-local storage, released when that OS thread exits; a process that exits while a
-    thread holding an mlx stream still runs aborts ("terminate called without an active
-    exception", exit 134; reproduced on the CPU backend). ``join`` returns once Python is done with
-    the thread, a moment *before* its thread-local destructors run, so at interpreter exit the
-    main thread could win that race. Linux shows live threads under /proc/self/task; elsewhere a
-    short sleep gives the thread that moment."""
-    tid = getattr(thread, "native_id", None)
-    task = f"/proc/self/task/{tid}"
-    if tid is None or not os.path.isdir("/proc/self/task"):
-        time.sleep(0.1)
-        return
-    deadline = time.monotonic() + timeout_s
-    while os.path.exists(task) and time.monotonic() < deadline:
-        time.sleep(0.001)
 
 
 _THREADS: Dict[str, PrefillThread] = {}

@@ -15,6 +15,7 @@ import threading
 import time
 from typing import Callable, Optional, Tuple
 
+from mlxlab.core.threads import join_fully
 from mlxlab.serve.app import Server
 from mlxlab.serve.text import tokenizer_for
 from mlxlab.serve.worker import EngineWorker
@@ -97,6 +98,6 @@ def start_background(server: Server, host: str = "127.0.0.1", port: Optional[int
 
     def stop() -> None:
         uv.should_exit = True
-        thread.join(timeout_s)
+        join_fully(thread, timeout_s)
 
     return f"http://{host}:{port}", stop

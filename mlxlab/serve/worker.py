@@ -16,6 +16,7 @@ import threading
 import time
 from typing import Dict, Optional
 
+from mlxlab.core.threads import join_fully
 from mlxlab.serve.metrics import ServerMetrics
 
 IDLE_WAIT_S = 0.05  # how long an idle engine thread waits for a request before it looks again
@@ -79,7 +80,7 @@ class EngineWorker:
         the thread; waits for it."""
         self._stopping.set()
         self._inbox.put(("wake",))
-        self.thread.join(timeout_s)
+        join_fully(self.thread, timeout_s)  # its OS thread too: it held an mlx stream
 
     @property
     def in_flight(self) -> int:
