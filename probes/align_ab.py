@@ -20,7 +20,7 @@ import mlx.core as mx
 
 from mlxlab.core.runner import run_workload
 from mlxlab.engine.loop import Engine
-from mlxlab.studies.sim_validation import validation_workloads
+from mlxlab.studies.sim_validation.run import validation_workloads
 from probes import common
 
 METRICS = ("ttft_p50_s", "itl_p50_s", "itl_p99_s")

@@ -22,8 +22,8 @@ from pathlib import Path
 from mlxlab.core.paths import ROOT
 from mlxlab.core.results import results_dir
 from mlxlab.notebook.plots import save_figure
-from mlxlab.studies.sim_charts import decode_periods_chart
-from mlxlab.studies.sim_scoring import decode_periods
+from mlxlab.studies.sim_validation.charts import decode_periods_chart
+from mlxlab.studies.sim_validation.scoring import decode_periods
 from probes import common
 
 RUN, BATCH, MAX_CONTEXT, CELL = "chat+batch/interleave", 2, 6000, "decode b2 c32"

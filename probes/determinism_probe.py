@@ -34,7 +34,7 @@ def main(argv=None) -> int:
     from mlx_lm.generate import generate_step
 
     from mlxlab.engine.warmup import random_prompt
-    from mlxlab.studies.serve_overhead import first_differences, in_process
+    from mlxlab.studies.serving.run import first_differences, in_process
 
     model = common.load(args)
     vocab = model.vocab_size

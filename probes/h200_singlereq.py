@@ -18,9 +18,9 @@ import sys
 import pandas as pd
 
 from mlxlab.engine.kvquant import probe_model
-from mlxlab.studies.kv_quant import speed_sweep
-from mlxlab.studies.prefill import fresh_process_run
-from mlxlab.studies.prefix_cache import measure_restore, warm_vs_cold_ttft
+from mlxlab.studies.kv_quant.run import speed_sweep
+from mlxlab.studies.prefill_step.run import fresh_process_run
+from mlxlab.studies.prefix_cache.run import measure_restore, warm_vs_cold_ttft
 from probes import common
 
 PARTS = ("warmup", "kv", "restore")

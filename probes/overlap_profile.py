@@ -1,6 +1,6 @@
 """Overlap profile: which shared resource (the GIL or the device) the chat's gaps and the
 document's TTFT grow on when a chat decodes beside a document prefilled on overlap mode's second
-thread (issue 16). See :mod:`mlxlab.studies.overlap_profile` for what is timed.
+thread (issue 16). See :mod:`mlxlab.studies.contention.overlap_profile` for what is timed.
 
 Usage::
 
@@ -27,14 +27,14 @@ def main(argv=None) -> int:
     p.add_argument("--doc-tokens", type=int, default=1024, help="document tokens (default: %(default)s)")
     p.add_argument("--chat-context", type=int, default=256, help="chat prompt tokens (default: %(default)s)")
     p.add_argument("--settings", nargs="+", default=["overlap-2048", "overlap-2048-pipelined"],
-                   help="overlap settings of mlxlab.studies.contention (default: %(default)s)")
+                   help="overlap settings of mlxlab.studies.contention.run (default: %(default)s)")
     p.add_argument("--switch", nargs="+", default=["default", "0.0005"],
                    help="GIL switch intervals in seconds, or 'default' (default: %(default)s)")
     p.add_argument("--repeats", type=int, default=3, help="runs of each (the first dropped) (default: %(default)s)")
     p.add_argument("--rescore", default=None, metavar="FILE",
                    help="recompute the TTFT growth split of a saved profile in place (no device)")
     args = common.parse(p, argv)
-    from mlxlab.studies.overlap_profile import overlap_profile, rescore
+    from mlxlab.studies.contention.overlap_profile import overlap_profile, rescore
 
     if args.rescore:
         import json

@@ -2,7 +2,7 @@
 timelines instead of one narrow the held-out errors?
 
 A held-out trace's engine runs take different plans from one repeat to the next
-(:mod:`mlxlab.studies.sim_plans`), so its metrics are draws from several timelines. This re-runs
+(:mod:`mlxlab.studies.sim_validation.divergence`), so its metrics are draws from several timelines. This re-runs
 the simulator on each refitted profile share of a saved validation in three ways and scores each
 against the saved engine side, as ``validate-sim --rescore`` does:
 
@@ -31,7 +31,7 @@ from pathlib import Path
 import numpy as np
 
 from mlxlab.sim.fit import cell_medians, fit_cost_model, mark_cold_chunks
-from mlxlab.studies import sim_scoring as SS
+from mlxlab.studies.sim_validation import scoring as SS
 from probes import common
 
 QUINTILES = np.array([-1.28, -0.52, 0.0, 0.52, 1.28])  # z of five equally likely draws' midpoints

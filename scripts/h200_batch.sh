@@ -12,7 +12,7 @@
 #   sim        issue 5: validate-sim (it measures its own profile), coder-1.5b 4-bit, 5 repeats (~300 s;
 #              3 repeats took 165 s)
 #   heldout    issue 19: validate-sim with 6 held-out cases (seeded random traces, chunk sizes, budgets and
-#              policies off the profile grid: mlxlab.studies.sim_heldout) beside the standard workloads,
+#              policies off the profile grid: mlxlab.studies.sim_validation.heldout) beside the standard workloads,
 #              coder-1.5b 4-bit, 3 repeats (~330 s: the standard 6 runs and 6 held-out ones per repeat, each
 #              repeat after its profile share). It is the committed sim_validation.json (a superset of the
 #              sim part's). HELDOUT_MODEL=qwen2.5-0.5b or llama-3.2-1b in a call of its own writes

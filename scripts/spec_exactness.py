@@ -2,7 +2,7 @@
 
 On the H200 the large byte pair's speculative outputs (ours and mlx-lm's) left the target's
 greedy output for every draft length, while on the CPU (float32) they are identical. This runs
-:func:`mlxlab.studies.speculation_exactness.greedy_exactness` on a trained pair in bfloat16 (the GPU
+:func:`mlxlab.studies.speculation.exactness.greedy_exactness` on a trained pair in bfloat16 (the GPU
 default), float16 and float32 and stores the counts with provenance:
 
     python scripts/spec_exactness.py --target data/weights/byte-draft-third \
@@ -19,7 +19,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from mlxlab.core.results import run_folder, save_results  # noqa: E402
 from mlxlab.engine.models import load_model  # noqa: E402
-from mlxlab.studies.speculation_exactness import greedy_exactness  # noqa: E402
+from mlxlab.studies.speculation.exactness import greedy_exactness  # noqa: E402
 from mlxlab.train.corpus import heldout_prompts, load_pack  # noqa: E402
 
 

@@ -11,7 +11,7 @@ ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
 from mlxlab.notebook.plots import save_figure  # noqa: E402
-from mlxlab.studies.speculation_charts import pair_speedups_chart  # noqa: E402
+from mlxlab.studies.speculation.charts import pair_speedups_chart  # noqa: E402
 
 DEFAULT = [ROOT / "data/results/h200" / f"speculation_large_{d}.json" for d in ("third", "tenth")]
 

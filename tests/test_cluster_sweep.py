@@ -16,8 +16,8 @@ pytest.importorskip("distributed")
 from mlxlab.cli import build_parser, main  # noqa: E402
 from mlxlab.core.cluster import ACCELERATOR, PointResult, Sweep, describe  # noqa: E402
 from mlxlab.core.results import jsonable  # noqa: E402
-from mlxlab.studies.contention_sweep import contention_points, merge_points  # noqa: E402
-from mlxlab.studies.seed_scale import seed_scale_study  # noqa: E402
+from mlxlab.studies.contention.sweep import contention_points, merge_points  # noqa: E402
+from mlxlab.studies.seed_scale.run import seed_scale_study  # noqa: E402
 
 TIMEOUT_S = 120  # a bound on any one sweep or cluster start, never a measured threshold
 

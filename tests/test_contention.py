@@ -1,4 +1,4 @@
-"""The contention benchmark (mlxlab.studies.contention, contention_verdict, contention_charts and
+"""The contention benchmark (mlxlab.studies.contention.run, contention_verdict, contention_charts and
 ``mlxlab bench contention``): every branch of the three verdicts on synthetic results, the summary
 arithmetic on hand-made runs, the label placement, one small real run on tiny, and the command's
 parser and plumbing."""
@@ -12,8 +12,8 @@ import pytest
 
 from mlxlab.cli import build_parser
 from mlxlab.core.claims import check_verdicts
-from mlxlab.studies import contention as ct
-from mlxlab.studies import contention_verdict as cv
+from mlxlab.studies.contention import run as ct
+from mlxlab.studies.contention import verdict as cv
 
 
 # ---------------------------------------------------------------------------------- synthetic results
@@ -215,7 +215,7 @@ def test_settings_resolve_by_label_or_mapping_and_unknown_labels_are_refused():
 
 # ---------------------------------------------------------------------------------- the figure
 def test_labels_of_clustered_points_do_not_overlap_and_stay_in_the_panel():
-    from mlxlab.studies.contention_charts import CHAR_W, HEIGHT, LINE_H, WIDTH, place_labels
+    from mlxlab.studies.contention.charts import CHAR_W, HEIGHT, LINE_H, WIDTH, place_labels
 
     pts = [(300.0 + i, 150.0 + 0.5 * i) for i in range(8)]
     texts = [f"setting number {i}" for i in range(8)]
@@ -233,7 +233,7 @@ def test_labels_of_clustered_points_do_not_overlap_and_stay_in_the_panel():
 
 
 def test_frontier_chart_has_a_panel_per_preset_and_skips_unmeasured_settings():
-    from mlxlab.studies.contention_charts import TARGET, frontier_chart
+    from mlxlab.studies.contention.charts import TARGET, frontier_chart
 
     rows = {"interleave-512": {**_row(1.5, 1.1), "name": "interleave, chunk 512"},
             "slo": {**_row(float("nan"), 1.0, policy="slo"), "name": "slo (defaults)"}}
@@ -298,7 +298,7 @@ def test_the_command_parses_its_options_and_shows_the_defaults(capsys):
 
 def test_the_command_saves_results_with_verdicts_and_the_figure(tmp_path, monkeypatch, capsys):
     import mlxlab.cli.studies as cli_studies
-    import mlxlab.studies.sim_charts as sim_charts
+    import mlxlab.studies.sim_validation.charts as sim_charts
 
     rows = {"interleave-512": {**_row(1.5, 1.1), "name": "interleave, chunk 512", "label": "interleave-512"},
             "slo": {**_row(2.5, 1.0, policy="slo"), "name": "slo (defaults)", "label": "slo"}}

@@ -9,7 +9,7 @@ import pytest
 import mlxlab.sim.fit as fit
 from mlxlab.core.costmodel import solve_nnls
 from mlxlab.core.paths import ROOT
-from mlxlab.studies.sim_scoring import profile_shares
+from mlxlab.studies.sim_validation.scoring import profile_shares
 
 
 def _handwritten_nnls(X, y, ridge):

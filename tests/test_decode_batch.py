@@ -10,7 +10,7 @@ from oracle import assert_matches, prompts_for, reference
 
 from mlxlab import Engine
 from mlxlab.engine.prefix_cache import PrefixCache
-from mlxlab.studies.decode_limit import bare_decode, decode_limit, host_profile, limit_verdict
+from mlxlab.studies.engine_bench.decode_limit import bare_decode, decode_limit, host_profile, limit_verdict
 
 
 def _kinds(eng):

@@ -91,7 +91,7 @@ def test_engines_refuse_what_cannot_travel(tiny):
 
 
 def test_two_processes_on_loopback_match_one_engine(tiny, tmp_path):
-    from mlxlab.studies.disagg import launch
+    from mlxlab.studies.disagg.run import launch
 
     work = workload(tiny.vocab_size)
     files = launch(work, tmp_path, model="tiny", dtype="float32", chunk_size=CHUNK, rounds=1, timeout_s=180)
@@ -120,7 +120,7 @@ def test_two_processes_on_loopback_match_one_engine(tiny, tmp_path):
 
 def test_launcher_without_its_script_runs_mlx_launch_through_python(tiny, tmp_path, monkeypatch):
     # the H200's carried mlx bundle has mlx._distributed_utils but no mlx.launch script beside python
-    from mlxlab.studies import disagg as D
+    from mlxlab.studies.disagg import run as D
 
     monkeypatch.setattr(D.sys, "executable", str(tmp_path / "bin" / "python3"))  # no mlx.launch there
     cmd = D.launcher_command()
@@ -134,7 +134,7 @@ def test_launcher_without_its_script_runs_mlx_launch_through_python(tiny, tmp_pa
 
 
 def test_busy_share_counts_overlapping_steps_once():
-    from mlxlab.studies.disagg import _busy
+    from mlxlab.studies.disagg.run import _busy
 
     steps = [{"start_s": 0.0, "end_s": 2.0}, {"start_s": 1.0, "end_s": 3.0}, {"start_s": 5.0, "end_s": 6.0}]
     assert _busy(steps, 0.0, 10.0) == 4.0  # [0, 3] and [5, 6]
@@ -142,7 +142,7 @@ def test_busy_share_counts_overlapping_steps_once():
 
 
 def test_contention_workload_is_valid_and_chat_first():
-    from mlxlab.studies.disagg import contention_workload
+    from mlxlab.studies.disagg.run import contention_workload
 
     w = disagg.check_workload(contention_workload(1024, 20, 50))
     assert [r["tenant"] for r in w] == ["chat", "doc"] and w[1]["after"] == [0, 8] and w[0]["until"][0] == 1
@@ -150,8 +150,8 @@ def test_contention_workload_is_valid_and_chat_first():
 
 
 def test_simulated_disaggregation_moves_every_prompt_and_keeps_the_chat_off_the_document():
-    from mlxlab.studies.disagg import contention_workload
-    from mlxlab.studies.disagg_sim import figures, kv_bytes_per_token, simulate_disagg, simulate_single
+    from mlxlab.studies.disagg.run import contention_workload
+    from mlxlab.studies.disagg.sim import figures, kv_bytes_per_token, simulate_disagg, simulate_single
 
     work = contention_workload(1024, 64, 600)
     line = {"latency_s": 0.001, "s_per_byte": 1e-9}

@@ -1,5 +1,5 @@
-"""The disaggregation study's verdicts (mlxlab.studies.disagg_verdict), its seed-scale scene
-(mlxlab.studies.disagg_seed), its figure (mlxlab.studies.disagg_charts) and `bench disagg`'s
+"""The disaggregation study's verdicts (mlxlab.studies.disagg.verdict), its seed-scale scene
+(mlxlab.studies.disagg.seed), its figure (mlxlab.studies.disagg.charts) and `bench disagg`'s
 verdicts and --rescore, on saved-file documents built here (no process is launched)."""
 
 import copy
@@ -10,7 +10,7 @@ from pathlib import Path
 import pytest
 
 from mlxlab.core.claims import check_verdicts
-from mlxlab.studies import disagg_verdict as DV
+from mlxlab.studies.disagg import verdict as DV
 
 DATA = Path(__file__).resolve().parent.parent / "data"
 
@@ -117,7 +117,7 @@ def test_topology_without_a_profile_is_not_measured(tmp_path, monkeypatch):
 # ------------------------------------------------------------------------------------------ seed scale
 @pytest.fixture(scope="module")
 def seed():
-    from mlxlab.studies.disagg_seed import seed_disagg_study
+    from mlxlab.studies.disagg.seed import seed_disagg_study
 
     return seed_disagg_study({"latency_s": 0.02, "s_per_byte": 3e-9})
 
@@ -152,7 +152,7 @@ def test_seed_verdict_reads_the_two_machines_against_the_fixes(seed):
 
 
 def test_prefix_cache_restores_the_longest_cached_prefix_short_of_the_last_token():
-    from mlxlab.studies.disagg_seed import CachedSim
+    from mlxlab.studies.disagg.seed import CachedSim
 
     sim = CachedSim("cpu-small", cached_prefixes=[[1, 2, 3], [1, 2, 3, 4, 5, 6]], vocab_size=100)
     assert sim.submit([1, 2, 3, 4, 9], 2).cached_tokens == 4
@@ -162,7 +162,7 @@ def test_prefix_cache_restores_the_longest_cached_prefix_short_of_the_last_token
 
 # ------------------------------------------------------------------------------------------ figure and CLI
 def test_figure_has_a_measured_row_and_the_seed_row_when_its_verdict_is_stored(seed):
-    from mlxlab.studies import disagg_charts as DC
+    from mlxlab.studies.disagg import charts as DC
 
     doc = document()
     assert len(DC.measured_frame(doc)) == 18 and set(DC.transfer_frame(doc).prompt) == {"chat", "document"}
@@ -175,7 +175,7 @@ def test_figure_has_a_measured_row_and_the_seed_row_when_its_verdict_is_stored(s
 @pytest.fixture
 def scratch(tmp_path, monkeypatch):
     """data/ in tmp_path (the tiny preset, the claims, the cpu-small profile as scratch-tiny)."""
-    from mlxlab.studies import sim_charts
+    from mlxlab.studies.sim_validation import charts as sim_charts
 
     (tmp_path / "models").mkdir()
     shutil.copy(DATA / "models" / "tiny.json", tmp_path / "models")
@@ -209,7 +209,7 @@ def test_rescore_decides_a_saved_file_again_in_place(scratch, capsys):
 
 def test_bench_disagg_stores_its_verdicts_with_the_measurement(scratch, monkeypatch):
     from mlxlab.cli import main as cli_main
-    from mlxlab.studies import disagg
+    from mlxlab.studies.disagg import run as disagg
 
     doc = document()
     monkeypatch.setattr(disagg, "run_study", lambda **kw: {k: doc[k] for k in ("runs", "config", "summary", "load")})
@@ -223,7 +223,7 @@ def test_bench_disagg_stores_its_verdicts_with_the_measurement(scratch, monkeypa
 def test_a_prefill_that_ends_after_the_decode_side_went_idle_is_still_handed_off():
     """The last prompt's prefill ends when the decode simulator has nothing left (the chat that
     triggered it is done): it still travels."""
-    from mlxlab.studies.disagg_sim import simulate_disagg
+    from mlxlab.studies.disagg.sim import simulate_disagg
 
     work = [{"prompt": list(range(1, 6)), "max_tokens": 2},
             {"prompt": list(range(1, 400)), "max_tokens": 3, "after": [0, 1]}]

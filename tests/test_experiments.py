@@ -1,4 +1,4 @@
-"""The scheduling study (mlxlab.studies.scheduling) on the tiny model: structure, not speed.
+"""The scheduling study (mlxlab.studies.scheduling.run) on the tiny model: structure, not speed.
 
 No wall-clock thresholds: the numbers depend on the machine. The tests check that every claim is
 there with finite numbers, that the ratios are computed from the runs' real token gaps, and that
@@ -15,9 +15,9 @@ import pytest
 from mlxlab import Engine, load_model
 from mlxlab.core.runner import run_workload
 from mlxlab.core.workload import Workload
-from mlxlab.studies import scheduling as ex
-from mlxlab.studies.scheduling_metrics import aggregate, run_metrics
-from mlxlab.studies.scheduling_plan import batch_tenant, chat_tenant, default_scale
+from mlxlab.studies.scheduling import run as ex
+from mlxlab.studies.scheduling.metrics import aggregate, run_metrics
+from mlxlab.studies.scheduling.plan import batch_tenant, chat_tenant, default_scale
 
 CLAIM_KEYS = {"name", "goal", "measured", "passed", "status", "evidence"}
 
@@ -171,7 +171,7 @@ def test_cli_writes_results(tiny, tmp_path, monkeypatch):
 
 def test_the_study_decides_every_scheduling_claim_from_its_own_rows(study):
     from mlxlab.core.claims import check_verdicts
-    from mlxlab.studies.scheduling_claims import CLAIM_IDS, verdicts
+    from mlxlab.studies.scheduling.verdict import CLAIM_IDS, verdicts
 
     vs = {v["claim"]: v for v in check_verdicts(verdicts(study), experiment="scheduling")}
     assert set(vs) == set(CLAIM_IDS)
@@ -225,7 +225,7 @@ def synthetic(**rows):
 
 
 def _decide(result):
-    from mlxlab.studies.scheduling_claims import verdicts
+    from mlxlab.studies.scheduling.verdict import verdicts
 
     return {v["claim"]: v for v in verdicts(result)}
 
@@ -323,7 +323,9 @@ def test_a_subset_of_policies_decides_only_its_claims():
 
 
 def test_rescore_file_adds_the_verdicts_and_leaves_the_measurements(tmp_path):
-    from mlxlab.studies.scheduling_claims import rescore_file
+    from mlxlab.studies.scheduling import STUDY
+
+    rescore_file = STUDY.rescore
 
     doc = {"environment": {"git_commit": "abc1234", "written_at": "then"}, **synthetic(), "claims": [], "notes": ["n"],
            "model": {"preset": "tiny", "bits": None, "dtype": "float32"}}
@@ -347,7 +349,7 @@ def test_rescore_file_adds_the_verdicts_and_leaves_the_measurements(tmp_path):
 
 
 def test_decide_gives_one_claim_even_where_its_policy_did_not_run():
-    from mlxlab.studies.scheduling_claims import CLAIM_IDS, decide
+    from mlxlab.studies.scheduling.verdict import CLAIM_IDS, decide
 
     res = synthetic()
     assert all(decide(c, res)["verdict"] == "reproduced" for c in CLAIM_IDS)

@@ -1,10 +1,10 @@
-"""Notebook 05's workload over HTTP (mlxlab.studies.gate_http): the seed-001 mix on the engine
+"""Notebook 05's workload over HTTP (mlxlab.studies.admission_gate.http): the seed-001 mix on the engine
 in-process and through a background server on the same model object, the same tables side by
 side, the same tokens."""
 
 import pytest
 
-from mlxlab.studies.gate_http import compare_over_http, http_workload, run_over_http, side_by_side
+from mlxlab.studies.admission_gate.http import compare_over_http, http_workload, run_over_http, side_by_side
 
 pytest.importorskip("openai")
 

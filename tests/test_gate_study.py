@@ -1,4 +1,4 @@
-"""The admission-gate experiment (mlxlab.studies.gate, gate_verdict): its plan, one run's numbers on
+"""The admission-gate experiment (mlxlab.studies.admission_gate.run, gate_verdict): its plan, one run's numbers on
 a hand-made timeline, a whole study on the simulator, and every branch of every verdict on
 synthetic tables."""
 
@@ -11,8 +11,8 @@ from mlxlab.core.claims import check_verdicts
 from mlxlab.core.costmodel import StepCostModel
 from mlxlab.core.presets import preset_config
 from mlxlab.core.request import Request
-from mlxlab.studies import gate_verdict as gv
-from mlxlab.studies.gate import Calibration, Cell, executor_factory, gate_run_metrics, gate_study, plan_gate
+from mlxlab.studies.admission_gate import verdict as gv
+from mlxlab.studies.admission_gate.run import Calibration, Cell, executor_factory, gate_run_metrics, gate_study, plan_gate
 
 TINY = preset_config("tiny")
 

@@ -9,7 +9,7 @@ import pytest
 
 from mlxlab import load_model
 from mlxlab.engine import kvquant as K
-from mlxlab.studies import kv_quant as KS
+from mlxlab.studies.kv_quant import run as KS
 
 
 @pytest.fixture(scope="module")

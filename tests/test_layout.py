@@ -85,8 +85,8 @@ MLX_FREE = ["mlxlab", "mlxlab.policies", "mlxlab.core.plan", "mlxlab.core.reques
             "mlxlab.core.workload", "mlxlab.core.runner", "mlxlab.core.metrics", "mlxlab.core.presets",
             "mlxlab.core.executor", "mlxlab.core.bookkeeping",
             "mlxlab.sim", "mlxlab.sim.profiles", "mlxlab.sim.fit", "mlxlab.sim.published",
-            "mlxlab.studies.sim_scoring", "mlxlab.studies.seed_scale",
-            "mlxlab.studies.scheduling_claims", "mlxlab.studies.sim_claims"]
+            "mlxlab.studies.sim_validation.scoring", "mlxlab.studies.seed_scale.run",
+            "mlxlab.studies.scheduling.verdict", "mlxlab.studies.sim_validation.verdict"]
 
 _BLOCK_MLX = """
 import sys

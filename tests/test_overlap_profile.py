@@ -1,9 +1,9 @@
-"""The overlap profile (mlxlab.studies.overlap_profile): its event arithmetic, the TTFT growth
+"""The overlap profile (mlxlab.studies.contention.overlap_profile): its event arithmetic, the TTFT growth
 split, and one small run on tiny."""
 
 import pytest
 
-from mlxlab.studies import overlap_profile as op
+from mlxlab.studies.contention import overlap_profile as op
 
 
 def test_thread_totals_count_only_the_window_and_split_host_from_evaluations():

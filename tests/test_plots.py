@@ -7,7 +7,9 @@ import pandas as pd
 import pytest
 
 from mlxlab.notebook import plots
-from mlxlab.studies import gate_charts, prefix_charts, sim_charts
+from mlxlab.studies.admission_gate import charts as gate_charts
+from mlxlab.studies.prefix_cache import charts as prefix_charts
+from mlxlab.studies.sim_validation import charts as sim_charts
 
 
 def _marks(spec, datasets=None, data=None):
@@ -132,7 +134,7 @@ def test_validation_chart_shows_metric_names_not_field_names_and_labels_its_diag
 
 def test_where_it_pays_marks_the_break_even_contour_and_the_cells_that_do_not_pay():
     from mlxlab.engine.speculative import analytic_speedup
-    from mlxlab.studies import speculation_charts as SC
+    from mlxlab.studies.speculation import charts as SC
 
     a_values, c_values = np.linspace(0, 0.95, 20), np.linspace(0.02, 0.6, 20)
     chart = SC.where_it_pays_chart(a_values, c_values, measured={"a": 0.77, "c": 0.32})
@@ -154,7 +156,7 @@ def test_where_it_pays_marks_the_break_even_contour_and_the_cells_that_do_not_pa
 
 
 def test_speedup_vs_k_names_the_model_and_the_measurements_and_labels_break_even():
-    from mlxlab.studies import speculation_charts as SC
+    from mlxlab.studies.speculation import charts as SC
 
     measured = pd.DataFrame({"k": [1, 2, 4], "speedup": [1.05, 0.98, 1.1], "a_hat": [0.7, 0.7, 0.7]})
     chart = SC.speedup_vs_k_chart(0.7, 0.3, 1.0, measured)

@@ -11,7 +11,7 @@ from mlx_lm.models.cache import KVCache, QuantizedKVCache, RotatingKVCache, make
 
 from mlxlab import load_model
 from mlxlab.engine.prefix_cache import PrefixCache
-from mlxlab.studies.prefix_cache import measure_restore, warm_vs_cold_ttft
+from mlxlab.studies.prefix_cache.run import measure_restore, warm_vs_cold_ttft
 
 GEN = 16
 
@@ -269,7 +269,7 @@ def test_plain_and_quantized_entries_of_one_prompt_coexist(module):
 
 
 def test_engine_stores_and_restores_quantized_requests_exactly(tiny):
-    from mlxlab.studies.prefix_kvquant import compose_once
+    from mlxlab.studies.prefix_cache.kvquant import compose_once
 
     for bits in (None, 8):
         r = compose_once(tiny, bits, prefix_tokens=64, turn_tokens=8, output_tokens=6, sessions=2, chunk_size=32)
@@ -300,7 +300,7 @@ def test_quantized_request_does_not_restore_a_plain_prefix(tiny):
 def test_aligned_chunk_and_prefill_seconds():
     from types import SimpleNamespace
 
-    from mlxlab.studies.prefix_cache import aligned_chunk, prefill_seconds
+    from mlxlab.studies.prefix_cache.run import aligned_chunk, prefill_seconds
 
     assert aligned_chunk(8128, 2048) == 2032 and aligned_chunk(4096, 2048) == 2048
     assert aligned_chunk(8120, 2048) == 1624  # the longest prefix tiny's 8192-token context allows a 64-token turn
@@ -312,7 +312,7 @@ def test_aligned_chunk_and_prefill_seconds():
 
 
 def test_restore_vs_prefill(tiny, tmp_path):
-    from mlxlab.studies.prefix_cache import longest_prefix, restore_vs_prefill
+    from mlxlab.studies.prefix_cache.run import longest_prefix, restore_vs_prefill
 
     (r,) = restore_vs_prefill(tiny, [64], turn_tokens=8, repeats=2, chunk_size=32, disk_dir=tmp_path)
     assert r["restored_tokens"] == 64 and r["same_first_token"] and r["chunk_tokens"] == 32
@@ -326,7 +326,7 @@ def test_restore_vs_prefill(tiny, tmp_path):
 
 
 def test_session_capacity_keeps_every_session_warm_only_when_big_enough(tiny):
-    from mlxlab.studies.prefix_cache import session_capacity
+    from mlxlab.studies.prefix_cache.run import session_capacity
 
     rows = session_capacity(tiny, [0, 1, 3], sessions=3, turns=3, first_prompt_tokens=32, turn_tokens=8,
                             output_tokens=4, chunk_size=64)
@@ -337,7 +337,7 @@ def test_session_capacity_keeps_every_session_warm_only_when_big_enough(tiny):
 
 
 def test_page_cache_helpers(tmp_path):
-    from mlxlab.studies.prefix_disk import drop_page_cache, resident_fraction
+    from mlxlab.studies.prefix_cache.disk import drop_page_cache, resident_fraction
 
     path = tmp_path / "f.bin"
     path.write_bytes(b"x" * (1 << 20))
@@ -351,7 +351,7 @@ def test_page_cache_helpers(tmp_path):
 
 
 def test_seed_disk_read_small(tmp_path):
-    from mlxlab.studies.prefix_disk import SEED_BYTES_PER_TOKEN, seed_disk_read
+    from mlxlab.studies.prefix_cache.disk import SEED_BYTES_PER_TOKEN, seed_disk_read
 
     d = seed_disk_read(tokens=48, repeats=2, disk_dir=tmp_path)
     assert SEED_BYTES_PER_TOKEN == 20480 and d["kv_bytes"] == 48 * 20480 < d["file_bytes"]
@@ -370,7 +370,7 @@ def _restore_row(prefill=(20.0, 22.0), restore=(0.01, 0.02), cold=(21.0, 23.0), 
 
 
 def test_restore_verdict_branches():
-    from mlxlab.studies.prefix_verdict import restore_verdict
+    from mlxlab.studies.prefix_cache.verdict import restore_verdict
 
     small = dict(_restore_row(), prefix_tokens=1024)
     v = restore_verdict([small, _restore_row()], max_context_tokens=8192, setting="tiny")
@@ -390,7 +390,7 @@ def _cap(c, warm, restored, evictions):
 
 
 def test_sessions_verdict_branches():
-    from mlxlab.studies.prefix_verdict import sessions_verdict
+    from mlxlab.studies.prefix_cache.verdict import sessions_verdict
 
     rows = [_cap(0, 0, 0, 0), _cap(4, 0.5, 0.5, 9), _cap(5, 0.8, 0.8, 3), _cap(6, 1.0, 0.99, 0), _cap(8, 1.0, 0.99, 0)]
     v = sessions_verdict(rows, sessions=6, setting="tiny")
@@ -413,7 +413,7 @@ def _disk(read_s, tokens=23000, resident=0.0, method="fsync + posix_fadvise(POSI
 
 
 def test_ssd_verdict_branches():
-    from mlxlab.studies.prefix_verdict import ssd_verdict
+    from mlxlab.studies.prefix_cache.verdict import ssd_verdict
 
     v = ssd_verdict(_disk(0.05), setting="tiny")
     assert v["verdict"] == "reproduced" and not v["measured"]["extrapolated"]
@@ -439,7 +439,7 @@ def _runs(q_exact=True, p_exact=True, restored=256, kinds=("q8g64",)):
 
 
 def test_kvquant_verdict_branches():
-    from mlxlab.studies.prefix_verdict import kvquant_verdict
+    from mlxlab.studies.prefix_cache.verdict import kvquant_verdict
 
     v = kvquant_verdict(_runs(), setting="tiny")
     assert v["verdict"] == "not reproduced" and v["measured"]["entry_kind"] == "q8g64"

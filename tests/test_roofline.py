@@ -2,7 +2,7 @@ import math
 
 import pytest
 
-from mlxlab.studies import roofline as rl
+from mlxlab.studies.roofline import run as rl
 
 TINY = dict(model_type="qwen2", hidden_size=256, num_hidden_layers=4, intermediate_size=512,
             num_attention_heads=4, num_key_value_heads=2, head_dim=64, vocab_size=1024,
@@ -127,7 +127,7 @@ def test_hardware_table():
 
 # ----------------------------------------------------------------------------- verdicts
 from mlxlab.core.claims import check_verdicts  # noqa: E402
-from mlxlab.studies import roofline_verdict as rv  # noqa: E402
+from mlxlab.studies.roofline import verdict as rv  # noqa: E402
 
 SMALL = dict(TINY, hidden_size=512, num_hidden_layers=8, intermediate_size=1536, num_attention_heads=8,
              vocab_size=8192)

@@ -124,8 +124,8 @@ def _fake_contention(model, **kw):
 
 
 def test_bench_contention_leaves_committed_results_alone_unless_saved(data, tmp_path, monkeypatch, capsys):
-    import mlxlab.studies.contention as ct
-    import mlxlab.studies.sim_charts as sim_charts
+    import mlxlab.studies.contention.run as ct
+    import mlxlab.studies.sim_validation.charts as sim_charts
 
     monkeypatch.setattr(ct, "run_contention", _fake_contention)
     figures = tmp_path / "paper_figures"

@@ -1,4 +1,4 @@
-"""Scheduling-study parts run in separate processes and pooled (mlxlab.studies.scheduling_merge).
+"""Scheduling-study parts run in separate processes and pooled (mlxlab.studies.scheduling.merge).
 
 The oracle: merging parts must give what the study's own aggregation gives on the same runs, so
 a part merged alone reproduces its table exactly, and two parts give the medians and pooled
@@ -13,10 +13,10 @@ import pytest
 
 from mlxlab import load_model
 from mlxlab.core.results import dumps, jsonable
-from mlxlab.studies import scheduling as ex
-from mlxlab.studies.scheduling_merge import merge_parts, plan_from_record, plan_record
-from mlxlab.studies.scheduling_metrics import aggregate
-from mlxlab.studies.scheduling_plan import plan_study
+from mlxlab.studies.scheduling import run as ex
+from mlxlab.studies.scheduling.merge import merge_parts, plan_from_record, plan_record
+from mlxlab.studies.scheduling.metrics import aggregate
+from mlxlab.studies.scheduling.plan import plan_study
 
 OPTS = dict(platform_scale=1 / 128, policies=("interleave",), chunk_sizes=(256,), workers=(1,), warmup=False)
 

@@ -14,8 +14,8 @@ from mlxlab.sim.published import (
     seed001_figures,
     seed001_profile,
 )
-from mlxlab.studies.seed_scale import save_study
-from mlxlab.studies.seed_scale_verdict import calibration_block, seed_scale_verdicts
+from mlxlab.studies.seed_scale.run import save_study
+from mlxlab.studies.seed_scale.verdict import calibration_block, seed_scale_verdicts
 
 INPUTS = calibration_inputs()
 

@@ -272,7 +272,7 @@ def test_over_max_in_flight_a_request_gets_429_with_retry_after(tiny):
 
 
 def test_the_serve_overhead_study_runs_both_paths_on_the_same_tokens(tiny):
-    from mlxlab.studies.serve_overhead import format_table, serve_overhead
+    from mlxlab.studies.serving.run import format_table, serve_overhead
 
     res = serve_overhead(tiny, model_name="tiny", streams=(1, 3), prompt_tokens=24, max_tokens=4, repeats=1,
                          progress=False, chunk_size=64)
@@ -430,14 +430,14 @@ def test_the_http_executor_is_busy_while_its_streams_run(server):
 
 
 def test_serve_overhead_reports_where_the_two_paths_tokens_first_differ():
-    from mlxlab.studies.serve_overhead import first_differences
+    from mlxlab.studies.serving.run import first_differences
 
     assert first_differences([[1, 2, 3], [4, 5], [7, 8, 9]], [[1, 2, 3], [4, 6], [7, 8]]) == [None, 1, 2]
 
 
 def test_serve_verdict_decides_on_the_worst_itl_p99_ratio_and_reports_the_added_ttft():
     from mlxlab.core.claims import check_verdicts
-    from mlxlab.studies.serve_overhead import serve_verdicts
+    from mlxlab.studies.serving.run import serve_verdicts
 
     def res(ratio):
         row = {"ratios": {"itl_p99_ms": ratio}, "http": {"ttft_p50_ms": 30.0}, "in_process": {"ttft_p50_ms": 10.0},

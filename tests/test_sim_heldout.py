@@ -1,4 +1,4 @@
-"""The held-out trace generator (mlxlab.studies.sim_heldout): seeded, reproducible case by case,
+"""The held-out trace generator (mlxlab.studies.sim_validation.heldout): seeded, reproducible case by case,
 clear of the values it is told to avoid, and rebuilt from its saved spec; no MLX."""
 
 import json
@@ -8,8 +8,8 @@ import pytest
 from mlxlab.core.runner import run_workload
 from mlxlab.core.costmodel import StepCostModel
 from mlxlab.sim.simulator import Simulator
-from mlxlab.studies.sim_heldout import HELDOUT_POLICIES, HeldOutCase, heldout_case, heldout_cases
-from mlxlab.studies.sim_scoring import format_validation, score_config, summarize
+from mlxlab.studies.sim_validation.heldout import HELDOUT_POLICIES, HeldOutCase, heldout_case, heldout_cases
+from mlxlab.studies.sim_validation.scoring import format_validation, score_config, summarize
 
 CM = StepCostModel.from_coefficients({"decode_step": 5e-3, "decode_batch": 1e-3, "prefill_chunks": 4e-3,
                                       "prefill_tokens": 5e-4, "prefill_attention": 1e-7}, n_obs=1)
@@ -83,7 +83,7 @@ def test_a_case_runs_on_the_simulator_and_scores_per_tenant():
 
 
 def test_the_heldout_chart_has_a_panel_per_metric_and_the_engine_range():
-    from mlxlab.studies.sim_charts import heldout_chart
+    from mlxlab.studies.sim_validation.charts import heldout_chart
 
     rows = [{"workload": f"heldout-1-{i}", "policy": p, "tenant": t, "metric": m, "engine": 1.0, "sim": 1.0 + 0.01 * i,
              "engine_runs": [0.95, 1.0, 1.04], "noise": 0.05 if i < 2 else 3.0}
@@ -99,7 +99,7 @@ def test_the_heldout_chart_has_a_panel_per_metric_and_the_engine_range():
 
 def test_profile_spread_compares_the_simulations_on_each_profile():
     from mlxlab.core.presets import preset_config
-    from mlxlab.studies.sim_repeat import format_spread, profile_spread
+    from mlxlab.studies.sim_validation.repeat import format_spread, profile_spread
 
     cfg = preset_config("tiny")
     slower = StepCostModel(coef=CM.coef * 1.1, n_obs=1)
@@ -117,7 +117,7 @@ def test_profile_spread_compares_the_simulations_on_each_profile():
 
 
 def test_compare_periods_names_the_kinds_of_step_where_the_clocks_part():
-    from mlxlab.studies.sim_scoring import compare_periods
+    from mlxlab.studies.sim_validation.scoring import compare_periods
 
     res = {"periods": {"w/p": {"engine": {"decode b1": {"median_s": 0.015, "n": 10}, "mixed b1": {"median_s": 0.5, "n": 4},
                                           "prefill b0": {"median_s": 0.3, "n": 1}},

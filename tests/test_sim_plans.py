@@ -1,7 +1,7 @@
-"""Where the simulator's plan parts from the engine's (mlxlab.studies.sim_plans), on synthetic
+"""Where the simulator's plan parts from the engine's (mlxlab.studies.sim_validation.divergence), on synthetic
 step tables shaped like a validation's ``steps``."""
 
-from mlxlab.studies.sim_plans import format_divergence, plan_divergences, plan_summary
+from mlxlab.studies.sim_validation.divergence import format_divergence, plan_divergences, plan_summary
 
 COLS = ["start_s", "end_s", "phase", "decode_batch", "decode_context_tokens", "prefill_tokens",
         "prefill_context_tokens", "chunks", "joined", "dropped", "fused"]

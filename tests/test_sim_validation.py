@@ -16,8 +16,8 @@ from mlxlab.cli.sim import register
 from mlxlab.core.results import jsonable
 from mlxlab.core.workload import BatchTenant, ChatTenant, Workload
 from mlxlab.sim.published import seed001_cost_model
-from mlxlab.studies.seed_scale import format_claims, seed_scale_study
-from mlxlab.studies.sim_scoring import (
+from mlxlab.studies.seed_scale.run import format_claims, seed_scale_study
+from mlxlab.studies.sim_validation.scoring import (
     METRICS,
     STEP_COLUMNS,
     decode_periods,
@@ -26,16 +26,15 @@ from mlxlab.studies.sim_scoring import (
     score,
     score_config,
 )
-from mlxlab.studies.sim_claims import (
+from mlxlab.studies.sim_validation.verdict import (
     cost_model_record,
     fingerprint,
-    rescore_file,
     sim_accuracy_verdict,
     sim_heldout_verdict,
     terms_missing_at,
     validation_verdicts,
 )
-from mlxlab.studies.sim_validation import plan_validation, validate_simulator
+from mlxlab.studies.sim_validation.run import plan_validation, validate_simulator
 
 
 @pytest.fixture(scope="module")
@@ -45,7 +44,7 @@ def tiny():
 
 def test_validation_on_tiny_scores_every_row_by_the_noise_derived_rule(tiny, tmp_path):
     """Quick mode: one small workload, one policy, 3 engine repeats, a profile share before each.
-    The rule (mlxlab.studies.sim_scoring): tolerance = max(10%, 3 x the engine's run-to-run
+    The rule (mlxlab.studies.sim_validation.scoring): tolerance = max(10%, 3 x the engine's run-to-run
     coefficient of variation); every row's numbers follow from its runs, and the saved file
     alone scores the simulator's side again exactly."""
     wl = Workload([ChatTenant(sessions=1, turns=1, first_prompt_tokens=64, output_tokens=24, think_time_s=0.0),
@@ -302,6 +301,9 @@ def test_terms_missing_at_names_the_cost_terms_a_commit_did_not_have():
 
 
 def test_rescore_file_adds_the_verdict_and_the_cost_model_to_a_saved_validation(tmp_path):
+    from mlxlab.studies.sim_validation import STUDY
+
+    rescore_file = STUDY.rescore
     share = {"decode_step": 0.007, "prefill_tokens": 2e-5, "overhead_s": 1e-4, "tail_s": 1e-3}
     doc = {"environment": {"git_commit": None}, "rule": "r", "summary": {},
            "table": _rows({"ttft_p50_s": [0.02], "itl_p50_s": [0.05], "itl_p99_s": [0.04]}),

@@ -1,4 +1,4 @@
-"""Tests for mlxlab.engine.speculative and mlxlab.studies.speculation: greedy speculative decoding
+"""Tests for mlxlab.engine.speculative and mlxlab.studies.speculation.run: greedy speculative decoding
 is exactly the target's greedy output; the analytic model at known points; the study's bookkeeping."""
 
 import math
@@ -17,7 +17,7 @@ from mlxlab.engine.speculative import (
     mlx_lm_speculative,
     speculative_generate,
 )
-from mlxlab.studies.speculation import (
+from mlxlab.studies.speculation.run import (
     format_study,
     measure_cost_ratio,
     speculation_study,
@@ -285,7 +285,7 @@ def test_greedy_exactness_float32_has_no_flips(pair, code_prompts):
     """In float32 on the CPU the speculative outputs (ours and mlx-lm's) equal the target's own
     greedy output, and a teacher-forced pass picks the same argmax as one-token decoding at
     every position: the baseline the H200's bfloat16 divergence is read against."""
-    from mlxlab.studies.speculation_exactness import greedy_exactness
+    from mlxlab.studies.speculation.exactness import greedy_exactness
 
     target, draft = pair
     r = greedy_exactness(target, draft, code_prompts[:2], k=3, max_tokens=24)
@@ -298,7 +298,7 @@ def test_greedy_exactness_float32_has_no_flips(pair, code_prompts):
 
 def test_greedy_exactness_reports_the_first_difference():
     """_first_diff names the first index two token lists part at, and a length difference."""
-    from mlxlab.studies.speculation_exactness import _first_diff
+    from mlxlab.studies.speculation.exactness import _first_diff
 
     assert _first_diff([1, 2, 3], [1, 2, 3]) is None
     assert _first_diff([1, 2, 3], [1, 5, 3]) == 1
@@ -310,7 +310,7 @@ def test_pair_speedups_chart_from_committed_h200_results():
     median inside the repeats' range, and both analytic curves beside it."""
     import json
 
-    from mlxlab.studies.speculation_charts import pair_rows, pair_speedups_chart
+    from mlxlab.studies.speculation.charts import pair_rows, pair_speedups_chart
     from mlxlab.core.paths import ROOT
 
     files = {d: ROOT / "data/results/h200" / f"speculation_large_{d}.json" for d in ("third", "tenth")}

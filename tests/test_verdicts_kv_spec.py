@@ -7,8 +7,8 @@ import pytest
 
 from mlxlab.core.claims import check_verdicts
 from mlxlab.engine.speculative import analytic_speedup, breakeven_cost_ratio
-from mlxlab.studies import kv_quant as KS
-from mlxlab.studies import speculation as SP
+from mlxlab.studies.kv_quant import run as KS
+from mlxlab.studies.speculation import run as SP
 
 OK = {"4": (True, ""), "8": (True, "")}
 
@@ -237,7 +237,7 @@ def test_no_k4_run_means_not_measured():
 
 
 def test_the_study_records_paired_per_repeat_speedups(tiny):
-    from mlxlab.studies.speculation import measure_cost_ratio, speculation_study
+    from mlxlab.studies.speculation.run import measure_cost_ratio, speculation_study
 
     cost = measure_cost_ratio(tiny, tiny, context=16, steps=3, ks=(4,))
     st = speculation_study(tiny, tiny, [[3, 1, 4, 1, 5]], ks=(4,), max_tokens=10, repeats=2, mlx_lm=False, cost=cost)

@@ -1,4 +1,4 @@
-"""The overview's verdicts (mlxlab.studies.bench.verdicts) on synthetic bench results, each branch
+"""The overview's verdicts (mlxlab.studies.engine_bench.run.verdicts) on synthetic bench results, each branch
 reached; and the exactness check and the batch-cost figure on the tiny model."""
 
 import math
@@ -6,7 +6,7 @@ import math
 import pytest
 
 from mlxlab.core.claims import check_verdicts
-from mlxlab.studies import bench
+from mlxlab.studies.engine_bench import run as bench
 
 
 def ratio(paired):

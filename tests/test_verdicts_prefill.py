@@ -1,4 +1,4 @@
-"""The step-size verdicts (mlxlab.studies.prefill.verdicts) on synthetic sweeps, protocols, decode
+"""The step-size verdicts (mlxlab.studies.prefill_step.run.verdicts) on synthetic sweeps, protocols, decode
 runs and token comparisons, each branch reached; and the decode and accuracy measurements on the
 tiny model."""
 
@@ -6,7 +6,7 @@ import pandas as pd
 import pytest
 
 from mlxlab.core.claims import check_verdicts
-from mlxlab.studies import prefill as P
+from mlxlab.studies.prefill_step import run as P
 
 SPREAD = (0.98, 1.0, 1.02)  # per-repeat factors: 2% MAD
 

@@ -1,11 +1,11 @@
-"""Warm-up and allocator verdicts (mlxlab.studies.warmup_memory) on synthetic events, each branch
+"""Warm-up and allocator verdicts (mlxlab.studies.warmup.run) on synthetic events, each branch
 reached; and one small allocator-cache run on the tiny model in a fresh process."""
 
 import pandas as pd
 import pytest
 
 from mlxlab.core.claims import check_verdicts
-from mlxlab.studies import warmup_memory as W
+from mlxlab.studies.warmup import run as W
 
 WARM = (0.100, 0.098, 0.102, 0.100, 0.101)  # MAD 1 ms
 
@@ -136,13 +136,15 @@ def test_rescore_file_decides_a_saved_result_again_from_its_events(tmp_path):
            "cache_limits": [], "alloc_table": alloc.to_dict("records")}
     path = tmp_path / "warmup_memory.json"
     path.write_text(json.dumps(doc, indent=1))
-    out = W.rescore_file(path)
+    from mlxlab.studies.warmup import STUDY
+
+    out = STUDY.rescore(path)
     again = json.loads(path.read_text())
     assert list(again)[:3] == ["environment", "parameters", "verdicts"] and again["environment"] == {"commit": "abc"}
     assert [v["claim"] for v in again["verdicts"]] == [v["claim"] for v in out["verdicts"]]
     assert {v["claim"]: v["verdict"] for v in again["verdicts"]}["s000-warmup-first-request"] == "reproduced"
-    assert len(again["cold"]) == 3 and "no measurement was re-run" in again["rescored_by"]["what"]
+    assert len(again["cold"]) == 3 and "nothing was re-run" in again["rescored_by"]["what"]
     assert again["events"] == json.loads(json.dumps(doc["events"]))  # the measurements stay as they were
     (tmp_path / "other.json").write_text(json.dumps({"verdicts": []}))
     with pytest.raises(ValueError, match="not a notebook-04 result"):
-        W.rescore_file(tmp_path / "other.json")
+        STUDY.rescore(tmp_path / "other.json")

@@ -4,7 +4,7 @@ Without the option a command runs in this process, as it always has. ``--cluster
 bare ``--cluster``) starts worker processes on this machine; ``--cluster tcp://HOST:8786`` uses
 the scheduler there. ``seed-scale`` sends its simulator points anywhere; ``bench contention``
 sends one (model, setting) per point to the workers that hold an accelerator, one at a time each
-(:mod:`mlxlab.studies.contention_sweep`).
+(:mod:`mlxlab.studies.contention.sweep`).
 """
 
 from __future__ import annotations
@@ -39,7 +39,7 @@ def seed_scale_on_cluster(args: argparse.Namespace) -> dict:
     the in-process run saves them (``--out``, ``--save`` or a new run folder, made once the
     study is done), with the sweep's provenance (``cluster``) and its scheduler in the
     parameters."""
-    from mlxlab.studies.seed_scale import save_study, seed_scale_study
+    from mlxlab.studies.seed_scale.run import save_study, seed_scale_study
 
     with open_sweep(args.cluster) as sweep:
         res = seed_scale_study(save=False, log=print, mapper=sweep.mapper(timed=False, desc="seed-scale points"))
@@ -57,9 +57,9 @@ def contention_on_cluster(args: argparse.Namespace, earlier_presets, figure) -> 
     ``figure``: the in-process command's ``--append`` reader and figure writer
     (:mod:`mlxlab.cli.studies`, passed in so the two modules do not import each other)."""
     from mlxlab.core.results import jsonable, results_dir
-    from mlxlab.studies.contention import format_table
-    from mlxlab.studies.contention_sweep import contention_points, merge_points, run_setting
-    from mlxlab.studies.contention_verdict import verdicts
+    from mlxlab.studies.contention.run import format_table
+    from mlxlab.studies.contention.sweep import contention_points, merge_points, run_setting
+    from mlxlab.studies.contention.verdict import verdicts
 
     params = {k: getattr(args, k) for k in ("models", "bits", "dtype", "doc_tokens", "chat_context", "repeats",
                                             "settings", "warmup", "seed", "cluster")}

@@ -1,6 +1,6 @@
 """``mlxlab bench disagg``: the chat beside a document on one engine against a prefill worker and
-a decode worker in two processes over mlx's ring backend (:mod:`mlxlab.studies.disagg`), with
-its verdicts (:mod:`mlxlab.studies.disagg_verdict`); ``--simulate`` and ``--rescore`` run nothing.
+a decode worker in two processes over mlx's ring backend (:mod:`mlxlab.studies.disagg.run`), with
+its verdicts (:mod:`mlxlab.studies.disagg.verdict`); ``--simulate`` and ``--rescore`` run nothing.
 
 Building the parser loads no MLX; the study launches its own processes.
 """
@@ -53,8 +53,8 @@ def cli_bench_disagg(args: argparse.Namespace) -> int:
 
     from mlxlab.core.environment import platform_name
     from mlxlab.core.results import run_folder, save_results
-    from mlxlab.studies.disagg import format_table, run_study
-    from mlxlab.studies.disagg_verdict import verdicts
+    from mlxlab.studies.disagg.run import format_table, run_study
+    from mlxlab.studies.disagg.verdict import verdicts
 
     plat = args.platform or platform_name()
     if args.rescore:
@@ -93,8 +93,8 @@ def _figure(doc: dict, plat: str, folder: Optional[Path]) -> list:
     saying why) when it cannot be drawn, so a figure never loses the numbers."""
     try:
         from mlxlab.notebook.plots import save_figure  # altair: only for the figure
-        from mlxlab.studies.disagg_charts import disagg_chart
-        from mlxlab.studies.sim_charts import FIGURES
+        from mlxlab.studies.disagg.charts import disagg_chart
+        from mlxlab.studies.sim_validation.charts import FIGURES
 
         return save_figure(disagg_chart(doc, plat), "disagg", folder or (FIGURES if plat == "cpu" else FIGURES / plat))
     except Exception as e:  # noqa: BLE001 - reported, the results are already written
@@ -107,11 +107,11 @@ def _rescore(path: Path, args: argparse.Namespace) -> int:
     import json
 
     from mlxlab.core.results import platform_of, run_folder
-    from mlxlab.studies.disagg_verdict import rescore_file
+    from mlxlab.studies.disagg import STUDY
 
     if not path.is_file():
         raise SystemExit(f"no results file {path}: name a saved disagg.json")
-    vs = rescore_file(path)
+    vs = STUDY.rescore(path)["verdicts"]
     plat = args.platform or platform_of(path)
     figures = _figure(json.loads(path.read_text()), plat, None if args.save else run_folder(plat, False))
     _print_verdicts(vs)
@@ -123,7 +123,7 @@ def _simulate(args: argparse.Namespace, plat: str) -> int:
     import json
 
     from mlxlab.core.results import results_dir, run_folder, save_results
-    from mlxlab.studies.disagg_sim import validate
+    from mlxlab.studies.disagg.sim import validate
 
     path = Path(args.simulate) if args.simulate else results_dir(plat) / "disagg.json"
     if not path.is_file():

@@ -68,16 +68,14 @@ def _jsonl_appender(path: Path):
 
 
 def _rescore_scheduling(paths) -> int:
-    from mlxlab.studies.scheduling_claims import rescore_file  # no MLX
+    from mlxlab.cli.tools import rescore_files
+    from mlxlab.studies.scheduling import STUDY  # no MLX
 
-    for p in paths:
-        doc = rescore_file(p)
-        print(f"{p}: " + "; ".join(f"{v['claim']} {v['verdict']}" for v in doc["verdicts"]))
-    return 0
+    return rescore_files(paths, STUDY, "bench scheduling")
 
 
 def _write_scheduling(study: dict, args, folder, preset, bits, dtype, announce: bool = True) -> Path:
-    from mlxlab.studies.scheduling_claims import parameters, verdicts
+    from mlxlab.studies.scheduling.verdict import parameters, verdicts
 
     vs = verdicts(study)
     if announce:
@@ -88,8 +86,8 @@ def _write_scheduling(study: dict, args, folder, preset, bits, dtype, announce: 
 
 
 def _merge_scheduling(args: argparse.Namespace) -> int:
-    from mlxlab.studies.scheduling import format_table
-    from mlxlab.studies.scheduling_merge import merge_parts
+    from mlxlab.studies.scheduling.run import format_table
+    from mlxlab.studies.scheduling.merge import merge_parts
 
     parts = []
     for path in args.merge:
@@ -117,8 +115,8 @@ def cli_bench_scheduling(args: argparse.Namespace) -> int:
         raise ValueError("--save replaces the committed results, which a --quick run must not: drop one")
     # mlx: the studies are imported when their command runs
     from mlxlab.engine.models import load_model
-    from mlxlab.studies.scheduling import format_table, scheduling_study
-    from mlxlab.studies.scheduling_plan import ALL_POLICIES, default_scale
+    from mlxlab.studies.scheduling.run import format_table, scheduling_study
+    from mlxlab.studies.scheduling.plan import ALL_POLICIES, default_scale
 
     model = load_model(args.model, bits=args.bits, dtype=args.dtype)
     scale = args.scale or (default_scale(model) / 2 if args.quick else default_scale(model))

@@ -75,10 +75,11 @@ def cli_bench_serve(args: argparse.Namespace) -> int:
     from mlxlab.core.environment import platform_name
     from mlxlab.core.results import run_folder, save_results
     from mlxlab.engine.models import load_model
-    from mlxlab.studies.serve_overhead import format_table, rescore_file, serve_overhead, serve_verdicts
+    from mlxlab.studies.serving import STUDY
+    from mlxlab.studies.serving.run import format_table, serve_overhead, serve_verdicts
 
     if args.rescore:
-        for v in rescore_file(args.rescore):
+        for v in STUDY.rescore(args.rescore)["verdicts"]:
             print(f"[{v['verdict']}] {v['claim']}: {v['measured']}")
         return 0
     plat = args.platform or platform_name()

@@ -26,8 +26,8 @@ from mlxlab.sim.profiles import (
     save_profile,
 )
 from mlxlab.sim.published import SEED001_NAME, seed001_profile, write_seed001_profile
-from mlxlab.studies.seed_scale import format_claims, seed_scale_study
-from mlxlab.studies.sim_scoring import format_validation, rescore_validation
+from mlxlab.studies.seed_scale.run import format_claims, seed_scale_study
+from mlxlab.studies.sim_validation.scoring import format_validation, rescore_validation
 
 GRID_KEYS = ("prefill_tokens", "contexts", "decode_batches", "decode_contexts", "repeats")
 
@@ -135,7 +135,7 @@ def _add_validate(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--held-out", type=int, default=0, metavar="N",
                         help="also run and score N held-out cases: seeded random traces, chunk sizes, policy "
                              "options and policies that neither the profile grid nor the standard runs use "
-                             "(mlxlab.studies.sim_heldout), reported apart")
+                             "(mlxlab.studies.sim_validation.heldout), reported apart")
     parser.add_argument("--held-out-seed", type=int, default=1, metavar="S", help="seed of the held-out cases")
     parser.add_argument("--held-out-scale", type=float, default=None,
                         help="the held-out cases' lengths x this (default: --scale)")
@@ -165,8 +165,8 @@ def cli_validate(args: argparse.Namespace) -> int:
     if args.profile_spread:
         return _profile_spread(args)
     if args.steps:
-        from mlxlab.studies.sim_plans import format_divergence, plan_divergences
-        from mlxlab.studies.sim_scoring import compare_periods
+        from mlxlab.studies.sim_validation.divergence import format_divergence, plan_divergences
+        from mlxlab.studies.sim_validation.scoring import compare_periods
 
         doc = json.loads(Path(args.steps).read_text())
         for r in compare_periods(doc):
@@ -176,7 +176,7 @@ def cli_validate(args: argparse.Namespace) -> int:
             print(format_divergence(d))
         return 0
     from mlxlab.engine.models import load_model  # MLX: only once the command runs
-    from mlxlab.studies.sim_validation import (  # MLX, as above
+    from mlxlab.studies.sim_validation.run import (  # MLX, as above
         validate_simulator,
         validation_workloads,
     )
@@ -197,10 +197,10 @@ def cli_validate(args: argparse.Namespace) -> int:
 
 
 def _save_validation(out: dict, model, name: str, plat: str, *, save: bool, figure: bool) -> dict:
-    """Write a validation as :func:`mlxlab.studies.sim_validation.validate_simulator` saves it
+    """Write a validation as :func:`mlxlab.studies.sim_validation.run.validate_simulator` saves it
     (verdicts and parameters apart), into :func:`~mlxlab.core.results.run_folder`, and its figure
     ``<name>_<platform>.svg/.png`` (and, with held-out cases, ``<name>_heldout_<platform>``:
-    :func:`mlxlab.studies.sim_charts.heldout_chart`) beside it, or with ``save`` into
+    :func:`mlxlab.studies.sim_validation.charts.heldout_chart`) beside it, or with ``save`` into
     paper/figures/ (the ones the paper embeds); returns the paths written."""
     folder = run_folder(plat, save)
     payload = {k: v for k, v in out.items() if k not in ("verdicts", "parameters", "paths")}
@@ -209,7 +209,7 @@ def _save_validation(out: dict, model, name: str, plat: str, *, save: bool, figu
     if figure:
         try:
             from mlxlab.notebook.plots import save_figure  # altair: only for the figure
-            from mlxlab.studies.sim_charts import FIGURES, heldout_chart, validation_chart
+            from mlxlab.studies.sim_validation.charts import FIGURES, heldout_chart, validation_chart
 
             where = FIGURES if save else folder
             chart = validation_chart(out["table"], title=f"{name} ({plat}, {getattr(model, 'name', '')})")
@@ -240,9 +240,9 @@ def _profile_doc(path_or_name: str) -> dict:
 def _profile_spread(args: argparse.Namespace) -> int:
     """``--profile-spread``: the simulations on each given profile, side by side (no device)."""
     from mlxlab.core.presets import model_limits, preset_config
-    from mlxlab.studies.sim_heldout import heldout_cases
-    from mlxlab.studies.sim_repeat import format_spread, profile_spread
-    from mlxlab.studies.sim_validation import validation_workloads
+    from mlxlab.studies.sim_validation.heldout import heldout_cases
+    from mlxlab.studies.sim_validation.repeat import format_spread, profile_spread
+    from mlxlab.studies.sim_validation.run import validation_workloads
 
     cfg = preset_config(args.model)
     cms = {str(p): load_profile(p) for p in args.profile_spread}
@@ -261,7 +261,7 @@ def _profile_spread(args: argparse.Namespace) -> int:
 
 
 def _rescore(args: argparse.Namespace) -> int:
-    from mlxlab.studies.sim_claims import cost_model_record, validation_verdicts
+    from mlxlab.studies.sim_validation.verdict import cost_model_record, validation_verdicts
 
     res = rescore_validation(args.rescore, log=_say(args))
     print(format_validation(res))
@@ -282,10 +282,10 @@ def _rescore(args: argparse.Namespace) -> int:
 
 
 def _rescore_verdicts(paths) -> int:
-    from mlxlab.studies.sim_claims import rescore_file
+    from mlxlab.studies.sim_validation import STUDY
 
     for p in paths:
-        doc = rescore_file(p)
+        doc = STUDY.rescore(p)
         cm = doc["cost_model"]
         print(f"{p}: " + "; ".join(f"{v['claim']} {v['verdict']}" for v in doc["verdicts"])
               + f"; cost model {cm['fingerprint']}" + (f" ({cm['note']})" if cm.get("note") else ""))

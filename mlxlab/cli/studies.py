@@ -17,9 +17,8 @@ from pathlib import Path
 from typing import Optional
 
 from mlxlab.cli.cluster import add_cluster_argument, contention_on_cluster
-from mlxlab.cli.common import add_model_arguments, add_save_argument, model_record, positive_int
+from mlxlab.cli.common import add_save_argument, model_record, positive_int
 from mlxlab.cli.scheduling import add_bench_scheduling
-from mlxlab.core.environment import mlx_env
 from mlxlab.core.results import results_dir, run_folder, save_results
 from mlxlab.train.corpus import build_corpus, heldout_prompts, load_pack, pack_corpus, split_path, write_split
 
@@ -75,8 +74,8 @@ def _add_bench_engine(be: argparse.ArgumentParser) -> None:
 def cli_bench_engine(args: argparse.Namespace) -> int:
     # mlx: the studies are imported when their command runs
     from mlxlab.engine.models import load_model
-    from mlxlab.studies.bench import bench_engine, verdicts
-    from mlxlab.studies.decode_limit import decode_limit, limit_verdict
+    from mlxlab.studies.engine_bench.run import bench_engine, verdicts
+    from mlxlab.studies.engine_bench.decode_limit import decode_limit, limit_verdict
 
     out, folder = {"presets": {}}, None
     params = {k: getattr(args, k) for k in ("models", "bits", "dtype", "prompt_tokens", "decode_tokens", "batch",
@@ -116,7 +115,7 @@ def cli_bench_engine(args: argparse.Namespace) -> int:
 
 
 def _add_bench_contention(bc: argparse.ArgumentParser) -> None:
-    from mlxlab.studies.contention import SETTINGS  # no MLX
+    from mlxlab.studies.contention.run import SETTINGS  # no MLX
 
     bc.add_argument("--models", nargs="+", default=["small"], help="presets or local model directories")
     bc.add_argument("--bits", type=int, default=None, help="quantize weights to this many bits (None: as stored)")
@@ -149,8 +148,8 @@ def cli_bench_contention(args: argparse.Namespace) -> int:
     # mlx: the studies are imported when their command runs
     from mlxlab.core.environment import platform_name
     from mlxlab.engine.models import load_model
-    from mlxlab.studies.contention import format_table, run_contention
-    from mlxlab.studies.contention_verdict import verdicts
+    from mlxlab.studies.contention.run import format_table, run_contention
+    from mlxlab.studies.contention.verdict import verdicts
 
     if args.rescore:
         return _rescore_contention(Path(args.rescore), args)
@@ -184,12 +183,9 @@ def cli_bench_contention(args: argparse.Namespace) -> int:
 
 def _rescore_contention(path: Path, args: argparse.Namespace) -> int:
     """``--rescore``: the saved file's verdicts decided again from its stored runs, in place."""
-    from mlxlab.core.results import rescore_verdicts_in_place
-    from mlxlab.studies.contention_verdict import verdicts
+    from mlxlab.studies.contention import STUDY
 
-    doc = rescore_verdicts_in_place(path, lambda d: verdicts(d["presets"]),
-                                    "verdicts decided again from the stored runs by "
-                                    "mlxlab.studies.contention_verdict; no run was repeated")
+    doc = STUDY.rescore(path)
     plat = args.platform or path.parent.name
     figures = _contention_figure(doc["presets"], path.stem, plat, None if args.save else run_folder(plat, False))
     for v in doc["verdicts"]:
@@ -217,8 +213,8 @@ def _contention_figure(presets: dict, name: str, plat: str, folder: Optional[Pat
     [] (with a line saying why) when it cannot be drawn, so a figure never loses the numbers."""
     try:
         from mlxlab.notebook.plots import save_figure  # altair: only for the figure
-        from mlxlab.studies.contention_charts import frontier_chart
-        from mlxlab.studies.sim_charts import FIGURES
+        from mlxlab.studies.contention.charts import frontier_chart
+        from mlxlab.studies.sim_validation.charts import FIGURES
 
         return save_figure(frontier_chart(presets, plat), f"{name}_{plat}", folder or FIGURES)
     except Exception as e:  # noqa: BLE001 - reported, the results are already written
@@ -244,7 +240,7 @@ def _print_limit(limit: dict) -> None:
 def add_speculate_arguments(parser: argparse.ArgumentParser) -> None:
     """Arguments of ``mlxlab bench speculation``."""
     # mlx: read when the parser is built (after main()'s re-exec), not when this module is imported
-    from mlxlab.studies.speculation import DEFAULT_KS
+    from mlxlab.studies.speculation.run import DEFAULT_KS
 
     parser.add_argument("--target", default=None, help="model directory (default: data/weights/byte-target)")
     parser.add_argument("--draft", default=None, help="model directory (default: data/weights/byte-draft)")
@@ -272,7 +268,7 @@ def add_speculate_arguments(parser: argparse.ArgumentParser) -> None:
 def cli_speculate(args: argparse.Namespace) -> int:
     # mlx: the studies are imported when their command runs
     from mlxlab.engine.models import load_model
-    from mlxlab.studies.speculation import (
+    from mlxlab.studies.speculation.run import (
         format_study,
         speculation_study,
         teacher_forced_agreement,

@@ -69,6 +69,14 @@ def register(sub: argparse._SubParsersAction) -> None:
     for c in (c1, c2, c3):
         c.set_defaults(func=cli_campaign)
 
+    ra = sub.add_parser("rescore", help="decide saved results' verdicts again with this code's rules, in place",
+                        description="Decide the verdicts of saved results files again with this version's rules, "
+                                    "from their stored measurements: the study is found from each file's name "
+                                    "(mlxlab.studies.study_for), nothing is run, no measurement changes, and each "
+                                    "file is marked rescored_by this commit. Every study rescores this one way.")
+    ra.add_argument("files", nargs="+", type=Path, metavar="JSON")
+    ra.set_defaults(func=cli_rescore)
+
     rs = sub.add_parser("rescore-warmup", help="decide a saved notebook-04 result's verdicts again, in place",
                         description="Decide the verdicts of saved warmup_memory.json files (notebook 04) again with "
                                     "this version's rules, from their stored events and tables: nothing is run, no "
@@ -137,17 +145,30 @@ def cli_campaign(args: argparse.Namespace) -> int:
     return 0
 
 
-def cli_rescore_warmup(args: argparse.Namespace) -> int:
-    from mlxlab.studies.warmup_memory import rescore_file  # pandas only, no MLX
+def rescore_files(files, study=None, what: str = "rescore") -> int:
+    """Rescore each file in place with its study's rules (``study``: that one for all of them,
+    else :func:`mlxlab.studies.study_for` each); one line per file. Exit 2 at the first file that
+    is missing, of no study, or not the study's result, which is left as it was."""
+    from mlxlab.studies import study_for  # no MLX
 
-    for p in args.files:
+    for p in files:
         try:
-            doc = rescore_file(p)
-        except (OSError, ValueError) as e:
-            print(f"mlxlab rescore-warmup: {e}", file=sys.stderr)
+            doc = (study or study_for(p)).rescore(p)
+        except (OSError, ValueError, KeyError) as e:
+            print(f"mlxlab {what}: {e}", file=sys.stderr)
             return 2
         print(f"{p}: " + "; ".join(f"{v['claim']} {v['verdict']}" for v in doc["verdicts"]))
     return 0
+
+
+def cli_rescore(args: argparse.Namespace) -> int:
+    return rescore_files(args.files)
+
+
+def cli_rescore_warmup(args: argparse.Namespace) -> int:
+    from mlxlab.studies.warmup import STUDY
+
+    return rescore_files(args.files, STUDY, "rescore-warmup")
 
 
 def cli_paper(args: argparse.Namespace) -> int:

@@ -88,16 +88,36 @@ def _git_dirty() -> Optional[bool]:
 
 def rescore_verdicts_in_place(path: Union[str, Path], decide, what: str) -> dict:
     """A saved results file's ``verdicts`` decided again by ``decide(doc)`` (a list of verdict
-    records) and written back in place, with ``rescored_by`` (this code's commit, dirty flag,
-    time and ``what`` was done); the measurements and the run's ``environment`` stay as they
-    were. Returns the document."""
+    records; ``decide`` may also add what the verdicts read, such as a table or ``parameters``)
+    and written back in place, indented as the file was, with ``rescored_by`` (this code's commit,
+    dirty flag, time and ``what`` was done); the measurements and the run's ``environment`` stay
+    as they were. The provenance keys lead the document. Returns the document."""
     path = Path(path)
-    doc = json.loads(path.read_text())
+    original = path.read_text()
+    doc = json.loads(original)
     doc["verdicts"] = decide(doc)
     doc["rescored_by"] = {"commit": _git_commit(), "dirty": _git_dirty(),
                           "at": _dt.datetime.now(_dt.timezone.utc).isoformat(timespec="seconds"), "what": what}
-    path.write_text(dumps(jsonable(doc)) + "\n")
+    first = [k for k in ("environment", "parameters", "verdicts", "rescored_by") if k in doc]
+    doc = {**{k: doc[k] for k in first}, **{k: v for k, v in doc.items() if k not in first}}
+    write_json_like(path, jsonable(doc), original)
     return doc
+
+
+def write_json_like(path: Path, doc: dict, original: str) -> None:
+    """Write ``doc`` to ``path`` laid out as ``original`` was: :func:`dumps` for a file indented by
+    two (the layout :func:`save_results` writes), else ``json.dumps`` at the original's indent (a
+    rewrite then differs from the file only where the document does)."""
+    lines = original.splitlines()
+    second = lines[1] if len(lines) > 1 else ""
+    indent = len(second) - len(second.lstrip(" ")) if second.strip() else None
+    text = dumps(doc) if indent == 2 and _scalar_lists_inline(original) else json.dumps(doc, indent=indent or None)
+    path.write_text(text + ("\n" if original.endswith("\n") or not original else ""))
+
+
+def _scalar_lists_inline(text: str) -> bool:
+    """Whether a JSON text lays its scalar lists on one line (as :func:`dumps` does)."""
+    return _SCALAR_LIST.search(text) is None
 
 
 def command_line(argv: Sequence[str]) -> Optional[list]:

@@ -5,7 +5,7 @@ attention. A backend may lack quantized attention kernels for KV caches (mlx's C
 does), so :func:`probe_kv_quant` runs small quantized attentions at the model's shape once per
 (device, bits, group, shape) and remembers the answer: the engine refuses a request up front
 instead of crashing mid-batch. What quantization costs in speed and quality is measured in
-:mod:`mlxlab.studies.kv_quant`.
+:mod:`mlxlab.studies.kv_quant.run`.
 """
 
 from __future__ import annotations

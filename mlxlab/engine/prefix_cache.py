@@ -23,7 +23,7 @@ Restoring from disk is timed in three phases, per disk hit, in ``stats``: ``disk
 file's bytes into host memory: one buffered-off read of the whole file), ``disk_verify_s``
 (the header, the token hash and the checksum over those bytes) and ``disk_copy_s`` (the bytes
 into mlx arrays, then into the request's new caches). ``restore_s_disk`` is their sum. Whether
-the OS page cache served a read is the caller's to control (see :mod:`mlxlab.studies.prefix_disk`).
+the OS page cache served a read is the caller's to control (see :mod:`mlxlab.studies.prefix_cache.disk`).
 """
 
 from __future__ import annotations

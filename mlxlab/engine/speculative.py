@@ -13,7 +13,7 @@ steps, ``v = 1`` in the textbook model)::
     speedup                 S(a, k, c, v) = E(a, k) / (k * c + v)
 
 :func:`speculative_generate` records what the model needs (the accept/reject record of every
-round, draft and verification time); :mod:`mlxlab.studies.speculation` measures ``a``, ``c``,
+round, draft and verification time); :mod:`mlxlab.studies.speculation.run` measures ``a``, ``c``,
 ``v`` and the end-to-end speedup against mlx-lm's target-alone ``generate_step``.
 """
 

@@ -93,8 +93,8 @@ class Helpers:
 
     def plans(self, spec: str) -> Dict[str, dict]:
         """Where the simulator's plan parts from the engine's in the validation ``platform/name``
-        (:func:`mlxlab.studies.sim_plans.plan_summary`)."""
-        from mlxlab.studies.sim_plans import plan_summary
+        (:func:`mlxlab.studies.sim_validation.divergence.plan_summary`)."""
+        from mlxlab.studies.sim_validation.divergence import plan_summary
 
         return plan_summary(self.store.load(self.store.path(spec)))
 

@@ -86,7 +86,7 @@ def seed001_profile() -> dict:
     at 23k, the 15% premium at 1,024, the architecture and scenario sizes); the simulator giving
     them back is a residual, not a result. The others (2,048-token chunk 1-2 s at 10-25k context,
     chat gaps, 0.67 tok/s, the 30% premium at 512) are predictions, scored by
-    :func:`mlxlab.studies.seed_scale.seed_scale_study`.
+    :func:`mlxlab.studies.seed_scale.run.seed_scale_study`.
     """
     figs = seed001_figures()
     d = _derive({k: f["value"] for k, f in figs.items()})

@@ -1,4 +1,4 @@
-"""The child side of the fresh-process studies in :mod:`mlxlab.studies.prefill`.
+"""The child side of the fresh-process studies in :mod:`mlxlab.studies.prefill_step.run`.
 
 ``python -m mlxlab.studies.fresh_process KIND ARGS_JSON`` runs one measurement in a process where
 nothing is compiled yet and prints ``RESULT`` followed by its JSON on stdout. ``KIND`` is
@@ -20,7 +20,7 @@ import mlx.core as mx  # noqa: E402
 from mlxlab.engine.loop import Engine  # noqa: E402
 from mlxlab.engine.models import load_model  # noqa: E402
 from mlxlab.engine.warmup import random_prompt, warmup  # noqa: E402
-from mlxlab.studies.prefill import ttft_mlx_lm  # noqa: E402
+from mlxlab.studies.prefill_step.run import ttft_mlx_lm  # noqa: E402
 
 
 def seed_protocol_child(a: dict) -> list:

@@ -23,7 +23,7 @@ import json
 import pandas as pd
 from mlxlab import load_model
 from mlxlab.notebook import nb, plots
-from mlxlab.studies import bench
+from mlxlab.studies.engine_bench import run as bench
 from mlxlab.core.paths import data_dir
 
 S = nb.setup(quick, platform, results_dir, figures_dir)
@@ -37,7 +37,7 @@ print(f"{model.name}: {model.num_params/1e6:.1f}M parameters, {model.nbytes/2**2
 
 # %%
 from mlxlab.core.presets import available_presets, preset_config
-from mlxlab.studies.roofline import param_counts
+from mlxlab.studies.roofline.run import param_counts
 rows = []
 for name in available_presets():
     cfg = preset_config(name)

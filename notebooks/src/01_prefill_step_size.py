@@ -33,8 +33,8 @@ figures_dir = None
 import pandas as pd
 from mlxlab import load_model
 from mlxlab.notebook import nb, plots
-from mlxlab.studies import prefill
-from mlxlab.studies.prefill import prefill_sweep, summarize_sweep, seed_protocol
+from mlxlab.studies.prefill_step import run as prefill
+from mlxlab.studies.prefill_step.run import prefill_sweep, summarize_sweep, seed_protocol
 
 S = nb.setup(quick, platform, results_dir, figures_dir)
 if quick:

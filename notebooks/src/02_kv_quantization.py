@@ -36,7 +36,7 @@ import altair as alt
 from mlxlab import load_model
 from mlxlab.notebook import nb, plots, widgets
 from mlxlab.engine.kvquant import probe_model
-from mlxlab.studies.kv_quant import speed_sweep, ttft_sweep, crossover, memory, quality, stand_ins, verdicts
+from mlxlab.studies.kv_quant.run import speed_sweep, ttft_sweep, crossover, memory, quality, stand_ins, verdicts
 
 S = nb.setup(quick, platform, results_dir, figures_dir)
 if quick:

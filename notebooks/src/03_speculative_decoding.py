@@ -32,8 +32,8 @@ import numpy as np
 import pandas as pd
 from mlxlab import load_model
 from mlxlab.notebook import nb, widgets
-from mlxlab.studies import speculation_charts
-from mlxlab.studies.speculation import speculation_study, verdicts
+from mlxlab.studies.speculation import charts as speculation_charts
+from mlxlab.studies.speculation.run import speculation_study, verdicts
 from mlxlab.train.corpus import build_corpus, heldout_prompts
 
 S = nb.setup(quick, platform, results_dir, figures_dir)

@@ -35,8 +35,8 @@ figures_dir = None
 import pandas as pd
 import altair as alt
 from mlxlab.notebook import nb, plots
-from mlxlab.studies import warmup_memory as W
-from mlxlab.studies.prefill import fresh_process_run
+from mlxlab.studies.warmup import run as W
+from mlxlab.studies.prefill_step.run import fresh_process_run
 
 S = nb.setup(quick, platform, results_dir, figures_dir)
 if quick:

@@ -38,10 +38,10 @@ figures_dir = None
 import pandas as pd
 from mlxlab import load_model
 from mlxlab.notebook import nb, widgets
-from mlxlab.studies import gate_charts
-from mlxlab.studies.gate import executor_factory, gate_study, plan_gate
-from mlxlab.studies.gate_http import run_over_http, side_by_side
-from mlxlab.studies.gate_verdict import verdicts as gate_verdicts
+from mlxlab.studies.admission_gate import charts as gate_charts
+from mlxlab.studies.admission_gate.run import executor_factory, gate_study, plan_gate
+from mlxlab.studies.admission_gate.http import run_over_http, side_by_side
+from mlxlab.studies.admission_gate.verdict import verdicts as gate_verdicts
 
 S = nb.setup(quick, platform, results_dir, figures_dir)
 model_name = model_name or ("tiny" if quick else "small")

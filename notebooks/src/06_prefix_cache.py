@@ -39,10 +39,11 @@ import pandas as pd
 from mlxlab import load_model
 from mlxlab.core.presets import model_limits
 from mlxlab.notebook import nb
-from mlxlab.studies import prefix_charts, prefix_verdict
-from mlxlab.studies.prefix_cache import longest_prefix, restore_vs_prefill, session_capacity
-from mlxlab.studies.prefix_disk import seed_disk_read
-from mlxlab.studies.prefix_kvquant import kvquant_composition
+from mlxlab.studies.prefix_cache import charts as prefix_charts
+from mlxlab.studies.prefix_cache import verdict as prefix_verdict
+from mlxlab.studies.prefix_cache.run import longest_prefix, restore_vs_prefill, session_capacity
+from mlxlab.studies.prefix_cache.disk import seed_disk_read
+from mlxlab.studies.prefix_cache.kvquant import kvquant_composition
 
 S = nb.setup(quick, platform, results_dir, figures_dir)
 kvq = dict(prefix_tokens=1024, turn_tokens=64, output_tokens=16, chunk_size=512)

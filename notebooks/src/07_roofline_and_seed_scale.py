@@ -32,8 +32,8 @@ import pandas as pd
 import altair as alt
 from mlxlab.notebook import nb, plots, widgets
 from mlxlab.core.presets import available_presets, preset_config
-from mlxlab.studies import roofline as R
-from mlxlab.studies import roofline_verdict as RV
+from mlxlab.studies.roofline import run as R
+from mlxlab.studies.roofline import verdict as RV
 from mlxlab.core.paths import data_dir
 
 S = nb.setup(quick, platform, results_dir, figures_dir)
@@ -155,8 +155,10 @@ nb.verdict_table(verdicts)
 
 # %%
 from mlxlab.sim.published import seed001_cost_model
-from mlxlab.studies import sim_charts, sim_scoring, sim_validation
-from mlxlab.studies.seed_scale import QUICK, seed_scale_study
+from mlxlab.studies.sim_validation import charts as sim_charts
+from mlxlab.studies.sim_validation import scoring as sim_scoring
+from mlxlab.studies.sim_validation import run as sim_validation
+from mlxlab.studies.seed_scale.run import QUICK, seed_scale_study
 
 # a saved full run (`mlxlab reproduce --save`) writes the committed data/results/sim-seed001/ file
 study = seed_scale_study(save=True, folder=None if S.committed else S.results_dir,

@@ -35,9 +35,9 @@ figures_dir = None
 # %%
 import pandas as pd
 from mlxlab.notebook import nb, widgets
-from mlxlab.studies import disagg_charts as DC
-from mlxlab.studies import disagg_verdict as DV
-from mlxlab.studies.disagg import format_table, run_study
+from mlxlab.studies.disagg import charts as DC
+from mlxlab.studies.disagg import verdict as DV
+from mlxlab.studies.disagg.run import format_table, run_study
 
 S = nb.setup(quick, platform, results_dir, figures_dir)
 model_name = model_name or ("tiny" if quick else "small")
@@ -101,8 +101,8 @@ pd.DataFrame(seed["settings"]).T if seed else "no disaggregated run with a KV tr
 
 # %%
 import numpy as np
-from mlxlab.studies.disagg_seed import SCENE, seed_disagg_study
-from mlxlab.studies.disagg_sim import fit_transfer
+from mlxlab.studies.disagg.seed import SCENE, seed_disagg_study
+from mlxlab.studies.disagg.sim import fit_transfer
 
 line = fit_transfer([t for r in res["runs"]["disagg"] for t in r["transfers"].values() if t.get("transfer_s")])
 measured_gb_s = 1e-9 / line["s_per_byte"] if line["s_per_byte"] > 0 else float("inf")

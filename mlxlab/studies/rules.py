@@ -1,0 +1,57 @@
+"""What the studies' verdict rules share (no MLX): reading stored numbers, and whether the
+repeat-to-repeat spread of a figure could flip the comparison that decides a claim.
+
+A stored figure may be a number, null (JSON has no NaN) or missing; :func:`as_float` reads any of
+them as a float (NaN when there is none) so a rule can test it with :func:`all_finite` before it
+compares. :func:`within_noise` is the noise test every verdict that stores ``within_noise`` uses.
+"""
+
+from __future__ import annotations
+
+import math
+from typing import Optional
+
+#: a threshold within this many times the repeat spread of the deciding figure is within noise
+NOISE_FACTOR = 3.0
+
+
+def as_float(x) -> float:
+    """A stored number as a float (NaN for null, missing, a bool or text)."""
+    return float(x) if isinstance(x, (int, float)) and not isinstance(x, bool) else float("nan")
+
+
+def finite_or_none(x) -> Optional[float]:
+    """A stored number as a float, None where it is not a finite one (what a verdict stores)."""
+    x = as_float(x)
+    return x if math.isfinite(x) else None
+
+
+def to_ms(x) -> Optional[float]:
+    """Seconds as milliseconds, None where not a finite number."""
+    x = as_float(x)
+    return 1e3 * x if math.isfinite(x) else None
+
+
+def rounded(x, nd: int = 3) -> Optional[float]:
+    """A number rounded for a verdict's ``measured``, None where not a finite number."""
+    x = as_float(x)
+    return round(x, nd) if math.isfinite(x) else None
+
+
+def all_finite(*xs) -> bool:
+    """Whether every one of ``xs`` is a finite number."""
+    return all(math.isfinite(as_float(x)) for x in xs)
+
+
+def worst(*spreads) -> Optional[float]:
+    """The largest of the known spreads (None: none known)."""
+    known = [s for s in spreads if s is not None]
+    return max(known) if known else None
+
+
+def within_noise(value: float, limit: float, s: Optional[float], scale: Optional[float] = None) -> Optional[bool]:
+    """Whether :data:`NOISE_FACTOR` times the relative spread ``s`` of a figure of size ``scale``
+    (default ``value``) reaches from ``value`` across ``limit``; None without a spread (one repeat)."""
+    if s is None or not all_finite(value, limit):
+        return None
+    return abs(value - limit) <= NOISE_FACTOR * s * abs(value if scale is None else scale)
