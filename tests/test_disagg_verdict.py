@@ -200,7 +200,7 @@ def test_rescore_decides_a_saved_file_again_in_place(scratch, capsys):
     assert [v["claim"] for v in check_verdicts(out["verdicts"], experiment="disagg")] == \
         ["mlx-disagg-exact", "mlx-disagg-chat-itl", "mlx-disagg-sim", "s001-own-compute"]
     assert out["verdicts"][2]["measured"]["profile"] == "scratch-tiny"  # the platform's profile for the model
-    assert "disagg_verdict" in out["rescored_by"]["what"]
+    assert "mlxlab.studies.disagg.verdict" in out["rescored_by"]["what"]
     # without --save the figure goes to a new run folder, not paper/figures/
     (run,) = (scratch / "results" / "scratch" / "runs").iterdir()
     assert (run / "disagg.png").stat().st_size > 0 and not (scratch / "figures").exists()

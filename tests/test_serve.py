@@ -467,4 +467,4 @@ def test_bench_serve_rescore_decides_a_saved_file_again_in_place(tmp_path):
     out = json.loads(path.read_text())
     assert out["verdicts"][0]["verdict"] == "not reproduced" and out["verdicts"][0]["measured"]["worst"] == 1.7
     assert out["presets"] == doc["presets"] and out["environment"] == doc["environment"]
-    assert "serve_verdicts" in out["rescored_by"]["what"] and "commit" in out["rescored_by"]
+    assert "mlxlab.studies.serving.run" in out["rescored_by"]["what"] and "commit" in out["rescored_by"]
