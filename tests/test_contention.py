@@ -82,7 +82,7 @@ def test_slo_defaults_reproduced_when_no_fixed_engine_setting_beats_it_on_both()
                              "mlx_lm-2048": _row(1.0, 1.0, executor="mlx_lm")})}  # not an engine setting
     v = cv.slo_defaults_verdict(presets)
     assert v["verdict"] == "reproduced"
-    assert v["measured"] == {"dominating": [], "count": 0, "lower_pooled": [],
+    assert v["measured"] == {"dominating": [], "count": 0, "lower_pooled": [], "within_noise": False,
                              "slo": {"a": {"chat_itl_p99_over_solo": 2.0, "doc_ttft_over_best_alone": 1.1}}}
 
 
@@ -94,14 +94,16 @@ def _runs(itl_p99s, ttfts):
 
 def test_slo_defaults_count_a_setting_as_dominating_only_beyond_the_spread_of_the_warm_runs():
     """Pooled figures lower on both axes, but one warm run of the other setting is no better than
-    one of slo's: noise, not dominance (listed under lower_pooled). Apart runs dominate; run 1 is
-    ignored (its 999 ms gaps would otherwise overlap everything)."""
+    one of slo's: the repeats cannot tell, so inconclusive, never "not dominated" (listed under
+    lower_pooled). Apart runs dominate; run 1 is ignored (its 999 ms gaps would otherwise overlap
+    everything)."""
     slo = {**_row(2.0, 1.1, policy="slo", itl_ms=20.0, ttft_s=1.0), "runs": _runs([18.0, 22.0], [0.98, 1.02]),
            "ran_as": {"overlap": True}}
     twin = {**_row(1.9, 1.0, itl_ms=19.0, ttft_s=0.99), "runs": _runs([12.0, 19.0], [0.97, 0.99])}
     apart = {**_row(1.0, 0.9, itl_ms=10.0, ttft_s=0.9), "runs": _runs([9.0, 11.0], [0.89, 0.91])}
     v = cv.slo_defaults_verdict({"a": _preset({"slo": slo, "overlap-twin": twin})})
-    assert v["verdict"] == "reproduced" and v["measured"]["lower_pooled"] == ["a:overlap-twin"]
+    assert v["verdict"] == "inconclusive" and v["measured"]["lower_pooled"] == ["a:overlap-twin"]
+    assert v["measured"]["within_noise"] is True
     assert v["measured"]["slo"]["a"]["ran_as"] == {"overlap": True}
     v = cv.slo_defaults_verdict({"a": _preset({"slo": slo, "overlap-twin": twin, "overlap-apart": apart})})
     assert v["verdict"] == "not reproduced" and v["measured"]["dominating"] == ["a:overlap-apart"]

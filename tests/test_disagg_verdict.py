@@ -231,3 +231,14 @@ def test_a_prefill_that_ends_after_the_decode_side_went_idle_is_still_handed_off
                                   chunk_size=64)
     assert sorted(reqs) == sorted(moves) == [0, 1]
     assert len(reqs[1].output_tokens) == 3 and reqs[1].token_times_s[0] >= moves[1]["arrives_s"]
+
+
+def test_both_sides_hold_the_same_threads_and_the_note_says_how_many():
+    from mlxlab.studies.disagg.run import threads_by_setting
+
+    assert threads_by_setting(1) == {"single": 2, "disagg": 1, "disagg-busywait": 1}
+    equal = {"openblas_threads_by_setting": {"single": 2, "disagg": 1}, "cpu_count": 2}
+    assert DV.equal_threads(equal) is True and "2 for the one engine, 1 for each of the two workers" in DV._threads(equal)
+    old = {"openblas_threads_per_process": 1, "cpu_count": 2}  # a file from before: every process had one
+    assert DV.equal_threads(old) is False and "unequal threads" in DV._threads(old)
+    assert DV.equal_threads({}) is None

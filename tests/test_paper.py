@@ -69,7 +69,20 @@ def test_each_scorecard_verdict_is_the_one_its_results_file_stores(paper):
                 doc = json.loads((ROOT / e["file"]).read_text())
                 stored = [v for v in doc["verdicts"] if v["claim"] == row["claim"]]
                 assert [v["verdict"] for v in stored] == [e["verdict"]], (row["claim"], e["file"])
-                assert e["file"].startswith(f"data/results/{plat}/")
+                if e["source"] == "simulation":  # a simulated verdict shows in the simulated column only
+                    assert plat.startswith("sim-"), (row["claim"], e["file"], plat)
+                else:
+                    assert e["file"].startswith(f"data/results/{plat}/")
+
+
+def test_the_tally_counts_no_simulated_verdict_as_measured(paper):
+    from mlxlab.paper.scorecard import PLATFORMS
+
+    measured = [e for r in paper.scorecard for p in PLATFORMS for e in r["cells"][p]]
+    assert measured and not [e for e in measured if e["source"] == "simulation"]
+    moved = [r["claim"] for r in paper.scorecard if any(e["source"] == "simulation" and not e["file"].startswith(
+        "data/results/sim-") for p, es in r["cells"].items() for e in es)]
+    assert "s001-own-compute" in moved  # the disaggregation study's simulated scene, stored with a CPU run
 
 
 def test_the_full_scorecard_shows_each_claims_mac_line(paper):

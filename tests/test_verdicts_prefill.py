@@ -137,3 +137,17 @@ def test_decode_and_accuracy_on_tiny(tiny):
     base = ac[ac.step == 16]
     assert (base.differing == 0).all() and (base.first_logprob_diff == 0).all()
     assert (ac.first_logprob_diff < 1e-3).all()  # float32: chunking moves the sums by rounding only
+
+
+def test_unchanged_decode_inside_a_band_wider_than_the_resolution_is_inconclusive():
+    """+10% at 2,048 whose paired ratios spread by +-30%: within the band, but a band that wide
+    could hide a 5% change, so "unchanged" is not shown (the H200 file's case: +10% in a 19% band)."""
+    rows = []
+    for r, f in enumerate((0.8, 1.4, 1.1, 0.9, 1.3)):
+        rows += [{"step": 512, "repeat": r, "prompt_tokens": 1024, "ttft_s": 0.5, "decode_tok_s": 100.0},
+                 {"step": 2048, "repeat": r, "prompt_tokens": 1024, "ttft_s": 0.5, "decode_tok_s": 100 * f}]
+    v = judge(sweep(flat), de=pd.DataFrame(rows))["s000-step-decode"]
+    assert v["measured"]["band_pct"] > P.DECODE_RESOLUTION_PCT
+    assert abs(v["measured"]["decode_change_pct"]) <= v["measured"]["band_pct"]
+    assert v["verdict"] == "inconclusive" and v["measured"]["within_noise"] is True
+    assert v["measured"]["repeats_to_resolve"] > 5

@@ -148,3 +148,32 @@ def test_rescore_file_decides_a_saved_result_again_from_its_events(tmp_path):
     (tmp_path / "other.json").write_text(json.dumps({"verdicts": []}))
     with pytest.raises(ValueError, match="not a notebook-04 result"):
         STUDY.rescore(tmp_path / "other.json")
+
+
+def test_a_penalty_left_within_a_band_wider_than_a_quarter_of_it_is_inconclusive():
+    """110 of 400 ms left, but the warm requests spread by 40 ms (a 120 ms band, over a quarter of
+    the penalty): the run cannot tell removal from noise, so neither a pass nor a fail."""
+    noisy = (0.100, 0.060, 0.140, 0.050, 0.150)
+    v = judge(events({"off": 400, "token": 110}, processes=3, warm=noisy))["s000-warmup-removes"]
+    assert v["verdict"] == "inconclusive" and v["measured"]["within_noise"] is True
+    v = judge(events({"off": 400, "token": 300}, processes=3, warm=noisy))["s000-warmup-removes"]
+    assert v["verdict"] == "not reproduced"  # beyond the band too
+
+
+def test_a_penalty_left_beyond_the_noise_is_not_removed_even_when_most_of_it_is():
+    """100 of 400 ms left with a 3 ms band: three quarters removed, but the warm-up does not remove
+    the penalty, which the run sees plainly."""
+    v = judge(events({"off": 400, "token": 100}, processes=3))["s000-warmup-removes"]
+    assert v["verdict"] == "not reproduced" and v["measured"]["removed_pct"] > 70
+
+
+def test_unchanged_throughput_inside_a_band_wider_than_ten_percent_is_inconclusive():
+    noisy = dict(GOOD, default=(32, 1.0, 0.1))
+    rows = alloc_rows(noisy)
+    for r in rows["rows"]:  # the default's requests spread by 10% a request: a 30% band
+        if r["limit"] == "default":
+            r["ttft_s"] = 0.1 * (1 + 0.1 * (r["request"] - 1))
+    vs = W.verdicts(W.cold_table(events({"off": 2})), W.alloc_table(rows), scaled=(0.6, 1.2), request_buffers_mb=3.5,
+                    default_limit_mb=32.0, model_note="synthetic.")
+    t = {v["claim"]: v for v in vs}["s000-memory-throughput"]
+    assert t["measured"]["band_pct"] > 10 and t["verdict"] == "inconclusive" and t["measured"]["within_noise"]

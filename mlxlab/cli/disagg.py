@@ -30,7 +30,9 @@ def register_bench(bsub: argparse._SubParsersAction) -> None:
     bd.add_argument("--repeats", type=positive_int, default=3, help="fresh-process runs of each setting, alternating")
     bd.add_argument("--rounds", type=positive_int, default=2,
                     help="workload rounds per process on fresh engines; the last (warm) is measured")
-    bd.add_argument("--threads", type=positive_int, default=1, help="OPENBLAS_NUM_THREADS of every process")
+    bd.add_argument("--threads", type=positive_int, default=1,
+                    help="OPENBLAS_NUM_THREADS of each worker process; the one engine gets the two workers' sum, "
+                         "so both sides hold the same threads")
     bd.add_argument("--seed", type=int, default=0, help="seed of the random prompts")
     bd.add_argument("--settings", nargs="+", default=["single", "disagg"], choices=["single", "disagg", "disagg-busywait"],
                     help="what runs, in this order within each repeat (disagg-busywait: mlx's ring threads left "
@@ -64,7 +66,8 @@ def cli_bench_disagg(args: argparse.Namespace) -> int:
     params = {k: getattr(args, k) for k in ("model", "dtype", "doc_tokens", "chat_context", "doc_max_tokens",
                                             "chunk_size", "policy", "repeats", "rounds", "threads", "seed", "settings")}
     print(f"[bench disagg] {args.model}: document {args.doc_tokens} tokens, chat context {args.chat_context}, "
-          f"{args.repeats} repeats x {args.settings}, {args.threads} OpenBLAS thread(s) per process; "
+          f"{args.repeats} repeats x {args.settings}, {args.threads} OpenBLAS thread(s) per worker, "
+          f"{2 * args.threads} for the one engine; "
           f"load {os.getloadavg()}", flush=True)
     res = run_study(model=args.model, dtype=args.dtype, doc_tokens=args.doc_tokens, chat_context=args.chat_context,
                     doc_max_tokens=args.doc_max_tokens, chunk_size=args.chunk_size, policy=args.policy,

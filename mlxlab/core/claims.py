@@ -16,7 +16,7 @@ from __future__ import annotations
 
 import difflib
 import functools
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Dict, Iterable, List, Mapping, Optional
 
@@ -30,7 +30,13 @@ ON_A_MAC_HINT = ("on_a_mac: a sentence or two on what of the CPU and H200 result
 
 #: What a measurement can say about a claim. "artifact": the published effect is real in the data
 #: but comes from the protocol (a cold first request, noise at N=3), not from the setting.
-VERDICTS = ("reproduced", "not reproduced", "artifact", "not measurable on this backend", "not measured")
+#: "inconclusive": the run's noise band is wider than the effect the claim is about (or than the
+#: claim's own threshold), so it could not see either way; the record says how many repeats would.
+VERDICTS = ("reproduced", "not reproduced", "inconclusive", "artifact", "not measurable on this backend",
+            "not measured")
+#: where a verdict's figures come from: a run on the machine, or the simulator (which never counts
+#: as a measured reproduction: the scorecard puts it in the simulator's column)
+SOURCES = ("measurement", "simulation")
 
 
 @dataclass(frozen=True)
@@ -127,24 +133,50 @@ def claim(claim_id: str) -> Claim:
     return claims[claim_id]
 
 
+def decider_commit() -> Optional[str]:
+    """The commit of the code deciding verdicts now (the declared source commit on a copy of the
+    tree whose .git lags, as on the lent GPU machine), with ``-dirty`` when tracked code differs."""
+    import os
+    import time
+
+    from mlxlab.core.results import _git_commit, _git_dirty
+
+    now = time.monotonic()
+    if _DECIDER[0] is None or now - _DECIDER[0] > 30:  # git once per half minute, not once per verdict
+        commit = os.environ.get("MLXLAB_SOURCE_COMMIT") or _git_commit()
+        dirty = "MLXLAB_SOURCE_COMMIT" not in os.environ and bool(_git_dirty())
+        _DECIDER[:] = [now, None if commit is None else commit + ("-dirty" if dirty else "")]
+    return _DECIDER[1]
+
+
+_DECIDER: list = [None, None]  # [when read, commit]
+
+
 def verdict(claim_id: str, verdict: str, *, measured: Any, rule: str, fairness: str,
-            evidence: Optional[str] = None) -> Dict[str, Any]:
+            evidence: Optional[str] = None, source: str = "measurement") -> Dict[str, Any]:
     """The record that decides one claim, as stored in a results file's ``verdicts`` list.
 
     ``measured``: the figure(s) this run measured (a number, a range, or a small dict of them);
     ``rule``: how the verdict follows from ``measured`` (in words, with its thresholds);
     ``fairness``: what makes the comparison fair or what limits it (conditions that differ from
-    the published one, repeats, noise). Raises ValueError on a verdict outside :data:`VERDICTS`
-    and KeyError on a claim id that is in no claims file."""
+    the published one, repeats, noise); ``source``: "simulation" when the figures come from the
+    simulator, not a run (the record says so, and the scorecard keeps it out of the measured
+    columns). The record also names the commit of the code that decided it (``decided_by``), so a
+    verdict decided by older rules can be told apart. Raises ValueError on a verdict outside
+    :data:`VERDICTS` or a source outside :data:`SOURCES` and KeyError on a claim id that is in no
+    claims file."""
     if verdict not in VERDICTS:
         raise ValueError(f"verdict {verdict!r} is not one of {VERDICTS}")
+    if source not in SOURCES:
+        raise ValueError(f"verdict for {claim_id}: source {source!r} is not one of {SOURCES}")
     c = claim(claim_id)
     for name, text in (("rule", rule), ("fairness", fairness)):
         if not isinstance(text, str) or not text.strip():
             raise ValueError(f"verdict for {claim_id}: {name} must say something (got {text!r})")
     return {"claim": claim_id, "study": c.study, "text": c.claim, "published": c.published_text(),
             "measured": measured, "rule": rule, "verdict": verdict, "fairness": fairness,
-            **({"evidence": evidence} if evidence else {})}
+            **({"evidence": evidence} if evidence else {}), **({"source": source} if source != "measurement" else {}),
+            "decided_by": decider_commit()}
 
 
 def not_testable(claim_id: str) -> Dict[str, Any]:

@@ -89,7 +89,20 @@ class Helpers:
                 "claims_of": lambda *exps: experiment_claims(s, exps), "figure": self.figure,
                 "scorecard": self.scorecard, "tally": self.tally, "provenance": lambda: _PROVENANCE,
                 "appendix": self.appendix, "platforms": lambda: columns(s), "claim_ids": lambda: list(s.claims()),
-                "campaign_pending": self.campaign_pending, "plans": self.plans}
+                "campaign_pending": self.campaign_pending, "plans": self.plans, "simulated_only": self.simulated_only}
+
+    def simulated_only(self) -> List[Dict]:
+        """The claims that only a simulation decides on the measured platforms (CPU, H200): one
+        ``{claim, files}`` each, the files holding the simulated verdicts. The scorecard shows
+        them in the simulated column; section 14 lists them as not measured."""
+        from mlxlab.paper.scorecard import PLATFORMS, simulated
+
+        out = []
+        for cid in self.store.claims():
+            found = [(p, rec) for plat in PLATFORMS for p, rec in self.store.deciding(plat, cid)]
+            if found and all(simulated(rec) for _, rec in found):
+                out.append({"claim": cid, "files": sorted({self.store.label(p) for p, _ in found})})
+        return out
 
     def plans(self, spec: str) -> Dict[str, dict]:
         """Where the simulator's plan parts from the engine's in the validation ``platform/name``

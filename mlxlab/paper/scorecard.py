@@ -19,7 +19,11 @@ from mlxlab.paper.context import ResultsStore
 from mlxlab.paper.format import measured_text
 
 #: the platforms every scorecard shows, in this order, with their column titles
-PLATFORMS = {"cpu": "CPU", "h200": "H200"}
+PLATFORMS = {"cpu": "CPU (measured)", "h200": "H200 (measured)"}
+#: results folders of simulations (``sim-seed001``): their columns, and every verdict whose record
+#: says ``source: simulation`` wherever it is stored, never count as measured reproductions
+SIMULATED = "sim-"
+SIM_TITLE = "Simulated (not a measurement)"
 NOT_RUN = "not run"
 #: the title of the last column: the claims file's on_a_mac line
 MAC_TITLE = "On a Mac (expected, from these results)"
@@ -35,28 +39,45 @@ def columns(store: ResultsStore) -> List[str]:
 
 
 def column_title(platform: str) -> str:
+    if platform.startswith(SIMULATED):
+        return f"{SIM_TITLE}: {platform}"
     return PLATFORMS.get(platform, platform)
+
+
+def simulated(rec: Dict) -> bool:
+    """Whether a verdict record's figures come from the simulator."""
+    return rec.get("source") == "simulation"
 
 
 def scorecard_rows(store: ResultsStore, claim_ids: Optional[Sequence[str]] = None,
                    platforms: Optional[Sequence[str]] = None) -> List[Dict]:
     """One dict per claim: ``claim``, ``study``, ``text``, ``published``, ``on_a_mac``, ``testable``,
-    ``experiments`` and ``cells`` (platform -> list of {verdict, measured, rule, file}, empty
-    where not run). Files that supply a cell count as used (the reproducibility section lists
-    them)."""
+    ``experiments`` and ``cells`` (platform -> list of {verdict, measured, rule, file, source},
+    empty where not run). A simulated verdict stored in a measured platform's file (a simulation of
+    the seed's machine run there) goes to the first simulated column, after that column's own, and
+    never into a measured column. Files that supply a cell count as used (the reproducibility
+    section lists them)."""
     claims = store.claims()
     ids = list(claims) if claim_ids is None else list(claim_ids)
     plats = list(platforms) if platforms is not None else columns(store)
+    sim_col = next((p for p in plats if p.startswith(SIMULATED)), None)
     rows = []
     for cid in ids:
         c = claims[cid]
-        cells = {}
+        cells: Dict[str, List[Dict]] = {p: [] for p in plats}
+        moved = []
         for plat in plats:
-            found = store.deciding(plat, cid)
-            for path, _ in found:
-                store.load(path)  # used
-            cells[plat] = [{"verdict": rec.get("verdict"), "measured": rec.get("measured"), "rule": rec.get("rule"),
-                            "file": store.label(path)} for path, rec in found]
+            for path, rec in store.deciding(plat, cid):
+                entry = {"verdict": rec.get("verdict"), "measured": rec.get("measured"), "rule": rec.get("rule"),
+                         "file": store.label(path), "source": rec.get("source", "measurement")}
+                if plat.startswith(SIMULATED) or not simulated(rec):
+                    cells[plat].append(entry)
+                    store.load(path)  # used
+                elif sim_col is not None:
+                    moved.append(entry)
+                    store.load(path)
+        if sim_col is not None:
+            cells[sim_col] += moved
         rows.append({"claim": cid, "study": c.study, "text": c.claim, "published": c.published_text(),
                      "on_a_mac": c.on_a_mac, "testable": c.testable, "experiments": list(c.experiments),
                      "cells": cells})
@@ -68,6 +89,10 @@ def scorecard_rows(store: ResultsStore, claim_ids: Optional[Sequence[str]] = Non
 FRAGILE = "(within noise: the repeats' spread could flip it)"
 
 
+def _within_noise(entry: Dict) -> bool:
+    return isinstance(entry.get("measured"), dict) and entry["measured"].get("within_noise") is True
+
+
 def _cell(entries: List[Dict]) -> str:
     """The first entry (the claim's own experiment file, else the first variant) in full; other
     files that decide the claim too, one short line each."""
@@ -75,7 +100,7 @@ def _cell(entries: List[Dict]) -> str:
         return f"*{NOT_RUN}*"
     first, rest = entries[0], entries[1:]
     name = lambda e: html.escape(_short(e["file"]))  # noqa: E731
-    fragile = isinstance(first.get("measured"), dict) and first["measured"].get("within_noise") is True
+    fragile = _within_noise(first)
     text = (f"**{html.escape(str(first['verdict']))}**" + (f"<br><small>{FRAGILE}</small>" if fragile else "")
             + f"<br>{_escape(measured_text(first['measured'], limit=3))}"
             f"<br><small>{name(first)}</small>")
@@ -119,7 +144,9 @@ def scorecard_markdown(rows: List[Dict], platforms: Sequence[str], by_study: boo
 
 
 def tally(rows: List[Dict], platforms: Sequence[str]) -> Dict[str, Dict[str, int]]:
-    """platform -> verdict (or "not run") -> number of claims, from each cell's first entry."""
+    """platform -> verdict (or "not run") -> number of claims, from each cell's first entry. The
+    measured columns count measured verdicts only (:func:`scorecard_rows` keeps simulated ones out
+    of them); a simulated column is counted apart, under its own title."""
     out: Dict[str, Dict[str, int]] = {}
     for p in platforms:
         counts: Dict[str, int] = {}
@@ -137,5 +164,8 @@ def tally_markdown(rows: List[Dict], platforms: Sequence[str]) -> str:
     lines = ["| " + " | ".join(head) + " |", "|" + "---|" * len(head)]
     for v in verdicts:
         lines.append("| " + " | ".join([v, *[str(counts[p].get(v, 0)) for p in platforms]]) + " |")
+    fragile = [sum(1 for r in rows if r["cells"][p] and _within_noise(r["cells"][p][0])) for p in platforms]
+    lines.append("| " + " | ".join(["of these, within noise (the repeats' spread could flip them)",
+                                    *[str(n) for n in fragile]]) + " |")
     lines.append("| " + " | ".join(["all claims", *[str(len(rows)) for _ in platforms]]) + " |")
     return "\n".join(lines) + "\n"

@@ -55,3 +55,26 @@ def within_noise(value: float, limit: float, s: Optional[float], scale: Optional
     if s is None or not all_finite(value, limit):
         return None
     return abs(value - limit) <= NOISE_FACTOR * s * abs(value if scale is None else scale)
+
+
+def repeats_to_resolve(band: float, margin: float, repeats: Optional[int]) -> Optional[int]:
+    """How many repeats would narrow a noise band that shrinks as 1/sqrt(repeats) (a band of
+    ``band`` at ``repeats``) to below ``margin``, the distance the claim needs resolved; None when
+    any of them is unknown or the margin is zero (no number of repeats can resolve a tie)."""
+    if not repeats or not all_finite(band, margin) or margin <= 0:
+        return None
+    return max(int(repeats) + 1, math.ceil(int(repeats) * (band / margin) ** 2))
+
+
+def noise_outcome(passed: Optional[bool], *, margin: float, band: float, repeats: Optional[int]) -> dict:
+    """The verdict of a rule whose figure sits ``margin`` from the claim's threshold (for a null
+    claim such as "unchanged": the effect it must rule out), with a noise band of ``band`` (same
+    units): inconclusive when the band is wider than the margin, so the run could not see either way;
+    else reproduced or not as ``passed`` says (None: not measured). Returns ``verdict``,
+    ``within_noise`` and, when inconclusive, ``repeats_to_resolve``."""
+    if passed is None or not all_finite(margin, band):
+        return {"verdict": "not measured", "within_noise": None}
+    if band > abs(margin):
+        return {"verdict": "inconclusive", "within_noise": True,
+                "repeats_to_resolve": repeats_to_resolve(band, abs(margin), repeats)}
+    return {"verdict": "reproduced" if passed else "not reproduced", "within_noise": False}

@@ -90,7 +90,7 @@ accuracy
 # %%
 verdicts = prefill.verdicts(df, runs, decode, accuracy, base=512, new=2048, context=480,
                             model_note=f"model {model_name} ({model.dtype}{f', {bits}-bit' if bits else ''}).")
-S.save("prefill_step_size", {"model": model_name, "bits": bits, "sweep": df.to_dict("records"),
+S.save("prefill_step_size", {"model": model_name, "bits": bits, "dtype": str(model.dtype), "sweep": df.to_dict("records"),
                              "change_512_to_2048": change.to_dict("records"), "protocol": runs.to_dict("records"),
                              "decode": decode.to_dict("records"), "accuracy": accuracy.to_dict("records")},
        verdicts=verdicts, parameters=parameters)

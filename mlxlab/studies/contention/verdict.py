@@ -124,16 +124,18 @@ def slo_defaults_verdict(presets: Mapping[str, Mapping]) -> Dict:
             slo_figs[name]["ran_as"] = dict(slo["ran_as"])
         dominating += [f"{name}:{k}" for k in dom]
         lower += [f"{name}:{k}" for k in low]
-    v = "not measured" if not slo_figs else ("not reproduced" if dominating else "reproduced")
+    v = "not measured" if not slo_figs else ("not reproduced" if dominating else
+                                              "inconclusive" if lower else "reproduced")
     return verdict(
         "mlx-slo-contention-defaults", v,
         measured={"dominating": dominating, "count": len(dominating), "lower_pooled": lower,
-                  "slo": slo_figs} if slo_figs else None,
+                  "within_noise": bool(lower) and not dominating, "slo": slo_figs} if slo_figs else None,
         rule="Per preset, slo with no policy options against every other engine setting (interleave, stall_free, "
              "overlap, admission_gate at their fixed chunk sizes or budgets): a setting dominates slo when its chat "
              "ITL p99 (each warm run's window gaps) and its document TTFT are lower in every warm run than slo's in "
-             "any warm run. Reproduced when no setting dominates slo on any preset; measured: the dominating "
-             "settings, and those lower on both pooled figures (lower_pooled) whose runs overlap slo's.",
+             "any warm run. Not reproduced when a setting dominates slo on a preset; inconclusive when none does but "
+             "a setting is lower on both pooled figures (lower_pooled) with runs that overlap slo's (the repeats "
+             "cannot tell whether slo is dominated); reproduced when no setting is lower on both.",
         fairness=_fairness(presets, "A setting whose runs overlap slo's on either figure does not dominate it: "
                                     "with two warm runs a side, that is the spread the repeats can resolve."))
 

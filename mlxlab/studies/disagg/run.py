@@ -6,8 +6,10 @@ The workload is the contention benchmark's (:mod:`mlxlab.studies.contention.run`
 ``chat_context`` prompt tokens decodes; once it has ``WARM_TOKENS`` tokens a document of
 ``doc_tokens`` arrives (``doc_max_tokens`` tokens long, so its KV has a reader and travels); the
 chat ends ``AFTER_TOKENS`` tokens after the document is done. Both settings run it in fresh
-processes (:mod:`mlxlab.studies.disagg.worker`) launched alike, the same environment each, with
-``threads`` OpenBLAS threads per process (:func:`worker_env`); each process runs it ``rounds``
+processes (:mod:`mlxlab.studies.disagg.worker`) launched alike, with the same threads in total
+(:func:`threads_by_setting`: ``threads`` OpenBLAS threads per worker process, and the one engine
+the two workers' sum), so the split is not handed a second core the single engine lacks; each
+process runs it ``rounds``
 times on fresh engines and the last round (warm: every shape met) is measured. The ``repeats``
 alternate the settings, so drift in a shared machine hits both alike.
 
@@ -59,6 +61,12 @@ def worker_env(threads: int = 1, env: Optional[dict] = None) -> dict:
     root = str(Path(__file__).resolve().parents[2])
     out["PYTHONPATH"] = os.pathsep.join(x for x in (root, out.get("PYTHONPATH", "")) if x)
     return out
+
+
+def threads_by_setting(threads: int) -> Dict[str, int]:
+    """OpenBLAS threads per process of each setting at ``threads`` per worker: the one engine gets
+    what the two workers have together, so both sides hold the same threads on the same cores."""
+    return {s: (2 * int(threads) if how["local"] else int(threads)) for s, how in SETTINGS.items()}
 
 
 def free_port_pair(host: str = "127.0.0.1") -> int:
@@ -257,6 +265,7 @@ def run_study(*, model: str = "small", dtype: str = "float32", doc_tokens: int =
     if bad or not settings:
         raise ValueError(f"unknown disaggregation setting(s) {bad or settings}; choose from {list(SETTINGS)}")
     runs: Dict[str, List[dict]] = {s: [] for s in settings}
+    per_process = threads_by_setting(threads)
     load = []
     t0 = time.perf_counter()
     with tempfile.TemporaryDirectory(prefix="mlxlab-disagg-") as tmp:
@@ -264,7 +273,7 @@ def run_study(*, model: str = "small", dtype: str = "float32", doc_tokens: int =
             for setting in settings:
                 load.append({"repeat": rep, "setting": setting, "loadavg": list(os.getloadavg())})
                 files = launch(workload, Path(tmp) / f"{setting}-{rep}", model=model, dtype=dtype, policy=policy,
-                               chunk_size=chunk_size, rounds=rounds, threads=threads, timeout_s=timeout_s,
+                               chunk_size=chunk_size, rounds=rounds, threads=per_process[setting], timeout_s=timeout_s,
                                **SETTINGS[setting])
                 runs[setting].append(run_figures(files))
                 if progress:
@@ -275,6 +284,7 @@ def run_study(*, model: str = "small", dtype: str = "float32", doc_tokens: int =
             "config": {"model": model, "dtype": dtype, "doc_tokens": doc_tokens, "chat_context": chat_context,
                        "doc_max_tokens": doc_max_tokens, "chunk_size": chunk_size, "policy": policy,
                        "repeats": repeats, "rounds": rounds, "openblas_threads_per_process": threads,
+                       "openblas_threads_by_setting": {s: per_process[s] for s in settings},
                        "warm_tokens": WARM_TOKENS, "after_tokens": AFTER_TOKENS, "seed": seed,
                        "transport": "mx.distributed ring backend, send/recv, loopback (127.0.0.1)",
                        "decode_policy": "interleave", "cpu_count": os.cpu_count(), "settings": list(settings),

@@ -44,9 +44,30 @@ def _machine(doc: Mapping) -> str:
     loads = [x["loadavg"][0] for x in doc.get("load") or [] if x.get("loadavg")]
     load = f"one-minute load averages {min(loads):.1f}-{max(loads):.1f} before the runs" if loads else "load not recorded"
     return (f"{cfg.get('cpu_count', '?')} cores shared by both processes (and any other work: {load}), "
-            f"{cfg.get('openblas_threads_per_process', '?')} OpenBLAS thread(s) per process, "
+            f"{_threads(cfg)}, "
             f"{cfg.get('repeats', '?')} repeats alternating the settings, fresh processes each, the last of "
             f"{cfg.get('rounds', '?')} rounds measured")
+
+
+def equal_threads(cfg: Mapping) -> Optional[bool]:
+    """Whether the one engine held as many OpenBLAS threads as the two workers together (None:
+    the file does not say)."""
+    by = cfg.get("openblas_threads_by_setting")
+    if by:
+        return by.get("single") == 2 * by.get("disagg", 0)
+    per = cfg.get("openblas_threads_per_process")
+    return None if per is None else False  # before threads_by_setting every process had the same count
+
+
+def _threads(cfg: Mapping) -> str:
+    """The threads each side held, in words, from the run's config."""
+    by = cfg.get("openblas_threads_by_setting")
+    if by and equal_threads(cfg):
+        return (f"the same OpenBLAS threads in total on each side: {by['single']} for the one engine, "
+                f"{by['disagg']} for each of the two workers")
+    per = (by or {}).get("disagg", cfg.get("openblas_threads_per_process", "?"))
+    return (f"unequal threads: {per} OpenBLAS thread(s) in every process, so the two workers held twice the one "
+            f"engine's (on a 2-core host, part of the split's gain is the second core)")
 
 
 def exact_verdict(doc: Mapping) -> Dict:
@@ -227,7 +248,8 @@ def seed_verdict(doc: Mapping, *, seed: Optional[Mapping] = None) -> Dict:
     if seed is None:
         if not transfers:
             return verdict("s001-own-compute", "not measured", measured=None, rule=rule,
-                           fairness="The file holds no disaggregated run with a measured KV transfer.")
+                           fairness="The file holds no disaggregated run with a measured KV transfer.",
+                           source="simulation")
         from mlxlab.studies.disagg.seed import seed_disagg_study
         from mlxlab.studies.disagg.sim import fit_transfer
 
@@ -254,7 +276,7 @@ def seed_verdict(doc: Mapping, *, seed: Optional[Mapping] = None) -> Dict:
                  "the second machine is the same M4 Max again, so two machines have twice one's compute (the case "
                  "study's 'budget permitting'). The transfer line is this run's loopback ring on this host, slower "
                  "than a fast link between two machines would be, and the decode machine is charged nothing for "
-                 "receiving; a prefix-cache restore is charged nothing either.")
+                 "receiving; a prefix-cache restore is charged nothing either.", source="simulation")
 
 
 def verdicts(doc: Mapping, *, platform: Optional[str] = None, simulated: Optional[Mapping] = None,

@@ -22,6 +22,7 @@ from mlxlab.core.metrics import median_and_p99
 from mlxlab.core.presets import model_limits, module_of
 from mlxlab.engine.loop import Engine
 from mlxlab.engine.warmup import random_prompt
+from mlxlab.studies.rules import noise_outcome
 
 
 def window_throughput(token_times: Sequence[Sequence[float]]) -> float:
@@ -248,31 +249,42 @@ def _exact_verdict(presets: Mapping[str, Mapping], exact: Optional[Mapping]) -> 
 
 
 def _speed_verdict(presets: Mapping[str, Mapping], floor: float) -> Dict:
-    measured, slower, worst = {}, [], {}
+    measured, slower, unseen, worst = {}, [], [], {}
+    repeats = min((r["config"]["repeats"] for r in presets.values()), default=None)
     for name, res in presets.items():
         for m, (key, _vs) in SPEED_METRICS.items():
-            med, band = paired_band(res[key].get("paired_ratios") or [res[key]["ratio"]], floor)
+            paired = res[key].get("paired_ratios") or [res[key]["ratio"]]
+            med, band = paired_band(paired, floor)
             if not math.isfinite(med):
                 continue
-            if med < 1 - band:
+            noise = paired_band(paired, 0.0)[1]  # the measured spread alone: the floor is the resolution
+            out = noise_outcome(med >= 1 - floor, margin=med - (1 - floor), band=noise, repeats=repeats)
+            if out["verdict"] == "not reproduced":
                 slower.append(f"{name}:{m}")
-            if m not in worst or med + band < worst[m][0] + worst[m][1]:
+            elif out["verdict"] == "inconclusive":
+                unseen.append((f"{name}:{m}", out.get("repeats_to_resolve")))
+            if m not in worst or med - band < worst[m][0] - worst[m][1]:
                 worst[m] = (med, band)
     for m in SPEED_METRICS:
         med, band = worst.get(m, (None, None))
         measured[f"{m}_ratio_x"], measured[f"{m}_band_x"] = med, band
-    measured.update({"slower": ",".join(slower), "presets": len(presets),
-                     "repeats": min((r["config"]["repeats"] for r in presets.values()), default=None)})
+    need = [n for _, n in unseen if n]
+    measured.update({"slower": ",".join(slower), "unresolved": ",".join(k for k, _ in unseen),
+                     "within_noise": bool(unseen) and not slower, "repeats_to_resolve": max(need) if need else None,
+                     "presets": len(presets), "repeats": repeats})
     if len(worst) < len(SPEED_METRICS):
         v = "not measured"
     else:
-        v = "not reproduced" if slower else "reproduced"
+        v = "not reproduced" if slower else ("inconclusive" if unseen else "reproduced")
     return verdict(
         "mlx-engine-speed", v, measured=measured,
         rule=f"Per model and metric, the median of the per-repeat paired ratios mlxlab / mlx-lm (prefill and decode "
-             f"vs generate_step, 8-stream decode vs BatchGenerator); a metric is slower when that median is below "
-             f"1 - band, band = max({floor:g}, 3 x MAD / sqrt(repeats)) of the paired ratios. Reproduced when no "
-             f"metric is slower; *_ratio_x / *_band_x are the closest-to-slower model's.",
+             f"vs generate_step, 8-stream decode vs BatchGenerator) against 1 - {floor:g} (at least as fast, to "
+             f"the benchmark's {floor:g} resolution), with the noise 3 x MAD / sqrt(repeats) of the paired ratios "
+             f"(band = max({floor:g}, noise)). A metric is slower when its median is below that line by more than "
+             f"its noise, and unresolved when its noise reaches across the line (the repeats cannot tell; repeats_to_resolve: how "
+             f"many would). Not reproduced when a metric is slower, inconclusive when none is but one is "
+             f"unresolved, reproduced otherwise; *_ratio_x / *_band_x are the closest-to-slower model's.",
         fairness="Both sides run on the same model object in the same process, back to back in every repeat with "
                  "the order alternating, after an untimed warm-up of both; the band widens with the measured "
                  "repeat-to-repeat spread, so few or noisy repeats can only hide a small slowdown, not invent one.")
@@ -311,3 +323,23 @@ def verdicts(presets: Mapping[str, Mapping], exact: Optional[Mapping] = None, *,
     cheap: step_cost_ratio_x, step_cost_band_x, batch, step_ms_b1, step_ms_batch,
     aggregate_speedup_x, model."""
     return [_exact_verdict(presets, exact), _speed_verdict(presets, speed_floor), _cheap_verdict(presets, cheap_max_x)]
+
+
+def decide_stored(doc: Dict, path=None) -> List[Dict]:
+    """The verdicts of a saved ``bench_engine.json`` (``mlxlab bench engine``: :func:`verdicts` of
+    its presets, and the decode-limit verdict when it measured the limit) or ``overview_bench.json``
+    (notebook 00: one model's :func:`bench_engine` result and its exactness check), from stored
+    data only (:class:`~mlxlab.studies.base.Study`'s ``decide``); told apart by their keys."""
+    from mlxlab.studies.engine_bench.decode_limit import limit_verdict  # it imports this module
+
+    if "presets" in doc:
+        presets = doc["presets"]
+        limits = {p: r["decode_limit"] for p, r in presets.items() if "decode_limit" in r}
+        return verdicts(presets) + ([limit_verdict(limits)] if limits else [])
+    needs = ("model", "dtype", "exactness", "config", "greedy_tokens_agree", *(k for k, _ in SPEED_METRICS.values()))
+    missing = [k for k in needs if k not in doc]
+    if missing:
+        raise ValueError(f"{path or 'this document'} is not an engine-bench result (no presets, nor "
+                         f"{', '.join(missing)}): rescore a bench_engine.json or overview_bench.json")
+    # the notebook stored bench_engine's result at the top level, the model's dtype beside it
+    return verdicts({doc["model"]: {**doc, "model": {"dtype": doc["dtype"]}}}, doc["exactness"])

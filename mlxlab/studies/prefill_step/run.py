@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import json
 import math
+import re
 import subprocess
 import sys
 import time
@@ -25,6 +26,7 @@ from mlxlab.core.environment import fast_blas_env
 from mlxlab.core.presets import model_limits, module_of
 from mlxlab.engine.loop import Engine
 from mlxlab.engine.warmup import random_prompt
+from mlxlab.studies.rules import noise_outcome
 
 
 def ttft_mlx_lm(model, prompt: List[int], step: int) -> float:
@@ -215,6 +217,10 @@ def _fairness(model_note: str, repeats: int) -> str:
             f"setting.")
 
 
+#: "unchanged" decode, resolved to this: a run whose band is wider could hide a change this large
+DECODE_RESOLUTION_PCT = 5.0
+
+
 def verdicts(sweep: pd.DataFrame, protocol: pd.DataFrame, decode: pd.DataFrame, accuracy: pd.DataFrame, *,
              base: int = 512, new: int = 2048, context: int = 480, model_note: str = "") -> List[Dict]:
     """The verdicts of s000-step-prefill-480, s000-step-ttft-long, s000-step-decode and
@@ -296,13 +302,21 @@ def verdicts(sweep: pd.DataFrame, protocol: pd.DataFrame, decode: pd.DataFrame, 
          "prompt_tokens": int(decode.prompt_tokens.iloc[0]) if len(decode) else None, "repeats": len(paired)}
     if m["decode_change_pct"] is None:
         v = "not measured"
-    else:
-        v = "reproduced" if abs(m["decode_change_pct"]) <= m["band_pct"] else "not reproduced"
+    elif abs(m["decode_change_pct"]) > m["band_pct"]:
+        v = "not reproduced"  # a change beyond the noise
+    else:  # no change the run can see: reproduced only if it could have seen one of DECODE_RESOLUTION_PCT
+        out_n = noise_outcome(True, margin=DECODE_RESOLUTION_PCT, band=m["band_pct"], repeats=len(paired))
+        v = out_n["verdict"]
+        m.update({k: out_n[k] for k in ("within_noise", "repeats_to_resolve") if k in out_n})
+    m.setdefault("within_noise", False if v == "not reproduced" else None)
     out.append(verdict(
         "s000-step-decode", v, measured=m,
         rule=f"decode_change_pct = median over repeats of the paired ratio decode tok/s at {new} / at {base} (same "
-             f"prompt, prefilled at each step size), minus one; reproduced (no change) when its size is within "
-             f"band_pct = max(2%, 3 x MAD / sqrt(repeats)) of the paired ratios, not reproduced otherwise.",
+             f"prompt, prefilled at each step size), minus one, against band_pct = max(2%, 3 x MAD / sqrt(repeats)) "
+             f"of the paired ratios. Not reproduced when the change is larger than the band; reproduced (no change) "
+             f"when it is within a band of at most {DECODE_RESOLUTION_PCT:g}% (the run could have seen a change of "
+             f"that size); inconclusive when it is within a band wider than that, where such a change would hide "
+             f"(repeats_to_resolve: the repeats that would narrow the band to it).",
         fairness=fair + " The prompt is longer than one chunk, so the two runs prefill differently before decoding."))
 
     # 4. identical tokens
@@ -322,3 +336,34 @@ def verdicts(sweep: pd.DataFrame, protocol: pd.DataFrame, decode: pd.DataFrame, 
         fairness=fair + " Greedy decoding of random-token prompts; a different chunking changes the order of "
                         "floating-point sums, which can flip a near-tied token without any loss of accuracy."))
     return out
+
+
+def _stored_args(doc: Dict) -> Dict:
+    """The keyword arguments notebook 01 passed to :func:`verdicts`, from a saved document: base and
+    new step from its ``change_<base>_to_<new>`` table, the context and the model note (the
+    model's dtype, in files from before it was stored beside the model) from its stored verdicts,
+    else the notebook's values."""
+    steps = [m for k in doc if (m := re.fullmatch(r"change_(\d+)_to_(\d+)", k))]
+    base, new = (int(steps[0][1]), int(steps[0][2])) if steps else (512, 2048)
+    old = {v["claim"]: v for v in doc.get("verdicts") or []}
+    context = ((old.get("s000-step-prefill-480") or {}).get("measured") or {}).get("context_tokens", 480)
+    bits = doc.get("bits")
+    note = (f"model {doc.get('model')} ({doc['dtype']}{f', {bits}-bit' if bits else ''})." if doc.get("dtype") else
+            # files from before the dtype was stored: the note as the notebook wrote it into the fairness text
+            next((m[1] for v in old.values() if (m := re.search(r"in one process; (.*?) The case study measured",
+                                                                 v.get("fairness") or ""))), None))
+    if note is None:
+        note = f"model {doc.get('model')}{f' ({bits}-bit)' if bits else ''}."
+    return {"base": base, "new": new, "context": int(context), "model_note": note}
+
+
+def decide_stored(doc: Dict, path=None) -> List[Dict]:
+    """The verdicts of a saved notebook-01 result (``prefill_step_size.json``) from its stored
+    sweep, protocol, decode and accuracy tables (:class:`~mlxlab.studies.base.Study`'s ``decide``),
+    with the arguments the notebook passed (:func:`_stored_args`)."""
+    missing = [k for k in ("sweep", "protocol", "decode", "accuracy") if k not in doc]
+    if missing:
+        raise ValueError(f"{path or 'this document'} is not a notebook-01 result (no {', '.join(missing)}): "
+                         "rescore a prefill_step_size.json")
+    tables = [pd.DataFrame(doc[k]) for k in ("sweep", "protocol", "decode", "accuracy")]
+    return verdicts(*tables, **_stored_args(doc))
