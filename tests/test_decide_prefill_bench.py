@@ -6,7 +6,7 @@ from pathlib import Path
 
 import pytest
 
-from mlxlab.studies.engine_bench.run import decide_stored as decide_bench
+from mlxlab.studies.engine_bench.verdict import decide_stored as decide_bench
 from mlxlab.studies.prefill_step.run import decide_stored as decide_prefill
 
 

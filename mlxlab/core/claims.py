@@ -139,7 +139,7 @@ def decider_commit() -> Optional[str]:
     import os
     import time
 
-    from mlxlab.core.results import _git_commit, _git_dirty
+    from mlxlab.core.git import _git_commit, _git_dirty
 
     now = time.monotonic()
     if _DECIDER[0] is None or now - _DECIDER[0] > 30:  # git once per half minute, not once per verdict

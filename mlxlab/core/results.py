@@ -15,11 +15,11 @@ import json
 import math
 import os
 import re
-import subprocess
 from pathlib import Path
 from typing import Any, Optional, Sequence, Union
 
 from mlxlab.core.environment import device_summary, platform_name
+from mlxlab.core.git import _git, _git_commit, _git_dirty  # noqa: F401 (re-exported)
 from mlxlab.core.paths import ROOT, data_dir
 
 
@@ -61,29 +61,6 @@ def platform_of(path: Union[str, Path]) -> str:
     if folder.parent.name == "runs":
         return folder.parent.parent.name
     return folder.name
-
-
-def _git(*args: str) -> Optional[str]:
-    try:
-        out = subprocess.run(["git", *args], capture_output=True, text=True,
-                             cwd=Path(__file__).resolve().parent, timeout=5)
-        return out.stdout if out.returncode == 0 else None
-    except Exception:
-        return None
-
-
-def _git_commit() -> Optional[str]:
-    out = _git("rev-parse", "--short", "HEAD")
-    return out.strip() if out else None
-
-
-def _git_dirty() -> Optional[bool]:
-    """Whether tracked code differed from the commit when the result was written (results and
-    figures under data/ and paper/ do not count: a run that rewrites them is not a dirty run)."""
-    # pathspecs from the top of the checkout: git runs in mlxlab/core/, where "." is that folder only
-    out = _git("status", "--porcelain", "--untracked-files=no", "--", ":(top)", ":(top,exclude)data",
-               ":(top,exclude)paper")
-    return None if out is None else bool(out.strip())
 
 
 def rescore_verdicts_in_place(path: Union[str, Path], decide, what: str) -> dict:

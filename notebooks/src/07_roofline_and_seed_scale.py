@@ -132,7 +132,7 @@ pd.DataFrame(estimates)
 # Computed from the numbers above, then stored with them in `roofline.json`.
 
 # %%
-verdicts = RV.roofline_verdicts(here, others, kv)
+verdicts = RV.roofline_verdicts(here, others, kv, bandwidth_times=bw["times_s"])
 S.save("roofline", {"bandwidth": bw, "here": here, "decode": dec, "kv": kv, "others": others,
                     "bytes_per_step": bytes_table.to_dict("records"), "seed_arithmetic": RV.seed_arithmetic(),
                     "hardware_estimates": estimates},

@@ -4,4 +4,4 @@ from mlxlab.studies.base import Study
 
 STUDY = Study("engine_bench", "The engine against mlx-lm", ("bench_engine", "overview_bench"),
               paper="10. The engine against mlx-lm", notebook="00_overview", command="mlxlab bench engine",
-              decide="mlxlab.studies.engine_bench.run:decide_stored")
+              decide="mlxlab.studies.engine_bench.verdict:decide_stored")

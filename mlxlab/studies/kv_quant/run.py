@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import copy
 import json
+import re
 import statistics
 import time
 from typing import Dict, List, Optional, Sequence, Tuple
@@ -27,6 +28,7 @@ from mlxlab.core.results import results_dir
 from mlxlab.core.presets import module_of
 from mlxlab.engine.kvquant import probe_model
 from mlxlab.engine.warmup import random_prompt
+from mlxlab.studies.rules import repeats_to_resolve
 
 
 def quantize_cache(cache: List, bits: Optional[int], group_size: int) -> List:
@@ -297,18 +299,19 @@ def _r(x, n=2):
     return None if x is None or x != x else round(float(x), n)
 
 
-def _unmeasurable(ids, bits: str, why: str, fairness: str) -> List[Dict]:
-    rule = (f"The backend ({mx.default_device()}) failed a quantized attention at the model's own shape with "
-            f"kv_bits={bits}, so no kv_bits={bits} run could be timed; the probe's error is in measured.")
+def _unmeasurable(ids, bits: str, why: str, fairness: str, backend: Optional[str] = None) -> List[Dict]:
+    rule = (f"The backend ({backend or mx.default_device()}) failed a quantized attention at the model's own shape "
+            f"with kv_bits={bits}, so no kv_bits={bits} run could be timed; the probe's error is in measured.")
     return [verdict(i, "not measurable on this backend", measured={"kv_bits": int(bits), "probe_error": why},
                     rule=rule, fairness=fairness) for i in ids]
 
 
 def verdicts(speed: pd.DataFrame, ttft_df: pd.DataFrame, probes: Dict, *, bits: str = "4",
-             model: str = "the speed model") -> List[Dict]:
+             model: str = "the speed model", backend: Optional[str] = None) -> List[Dict]:
     """The verdicts on s000-kv4-decode, s000-kv4-ttft and s000-kv4-crossover from the decode
     sweep (:func:`speed_sweep`), the TTFT sweep (:func:`ttft_sweep`) and the probes
-    (``{bits: (ok, why)}``); ``model`` names the model in the fairness notes.
+    (``{bits: (ok, why)}``); ``model`` names the model in the fairness notes, ``backend`` the device
+    in a "not measurable" rule (default: this process's).
 
     ``measured`` keys: decode: context_tokens, decode_tok_s_none, decode_tok_s_kv4,
     decode_change_pct, spread_pct, noise_band_pct, repeats. ttft: contexts_min_tokens,
@@ -323,12 +326,25 @@ def verdicts(speed: pd.DataFrame, ttft_df: pd.DataFrame, probes: Dict, *, bits: 
             f"0.5-1.5B models on Metal, quantized from the first token (quantized_kv_start=0).")
     ok, why = probes.get(bits, (False, "not probed"))
     if not ok:
-        return _unmeasurable(ids, bits, why, same)
+        return _unmeasurable(ids, bits, why, same, backend)
     errs = speed[(speed.kv_bits == bits) & (speed.error != "")].error
     if not _contexts(speed, "decode_tok_s", bits):
-        return _unmeasurable(ids, bits, errs.iloc[0] if len(errs) else "no run", same)
-    return [_decode_verdict(speed, bits, same), _ttft_verdict(ttft_df, bits, same),
+        return _unmeasurable(ids, bits, errs.iloc[0] if len(errs) else "no run", same, backend)
+    return [_decode_verdict(speed, bits, same), _ttft_verdict(ttft_df, bits, same, backend),
             _crossover_verdict(speed, bits, same)]
+
+
+def _blind(measured: Dict, change: float, band: float, published, repeats) -> str:
+    """For a change that did not reproduce: "inconclusive" when the noise band reaches from it to
+    the published range (the run cannot tell whether the effect is there), else "not reproduced";
+    notes within_noise (and the repeats that would narrow the band to that distance)."""
+    low, high = sorted((float(published["low"]), float(published["high"])))
+    dist = 0.0 if low <= change <= high else min(abs(change - low), abs(change - high))
+    blind = bool(band == band and change == change and band >= dist)
+    measured["within_noise"] = blind
+    if blind:
+        measured["repeats_to_resolve"] = repeats_to_resolve(band, dist, repeats)
+    return "inconclusive" if blind else "not reproduced"
 
 
 def _decode_verdict(speed, bits, fairness) -> Dict:
@@ -340,25 +356,27 @@ def _decode_verdict(speed, bits, fairness) -> Dict:
     measured = {"context_tokens": short, "decode_tok_s_none": _r(p["none"], 1), "decode_tok_s_kv4": _r(p["quant"], 1),
                 "decode_change_pct": _r(change, 1), "spread_pct": _r(p["spread_pct"]),
                 "noise_band_pct": _r(band), "repeats": p["repeats"]}
-    v = "reproduced" if change < -band and lo <= change <= hi else "not reproduced"
+    v = "reproduced" if change < -band and lo <= change <= hi else _blind(measured, change, band, c.published, p["repeats"])
     rule = (f"Median of the per-repeat kv{bits}/none decode tok/s ratios at the shortest context measured: reproduced "
             f"if 4-bit is slower by more than the noise band (3x the repeat spread, {NOISE_FALLBACK_PCT:g}% with one "
             f"repeat) and the change lies within {lo:g}..{hi:g}% (the published band widened {MAGNITUDE_FACTOR:g}x "
-            f"either way); otherwise not reproduced.")
+            f"either way); inconclusive when the noise band reaches from the change to the published range (the run "
+            f"cannot tell whether the effect is there); otherwise not reproduced.")
     return verdict(c.id, v, measured=measured, rule=rule, fairness=fairness)
 
 
-def _ttft_verdict(ttft_df, bits, fairness) -> Dict:
+def _ttft_verdict(ttft_df, bits, fairness, backend=None) -> Dict:
     c = claim("s000-kv4-ttft")
     ctxs = _contexts(ttft_df, "ttft_ms", bits) if len(ttft_df) else []
     rule_tail = ("Per context, the median of the per-repeat kv4/none TTFT ratios; reproduced if their median over "
                  "contexts rises by more than the noise band (3x the median per-context repeat spread, "
                  f"{NOISE_FALLBACK_PCT:g}% with one repeat) and lies within {{lo:g}}..{{hi:g}}% (the published band "
-                 f"widened {MAGNITUDE_FACTOR:g}x either way); otherwise not reproduced.")
+                 f"widened {MAGNITUDE_FACTOR:g}x either way); inconclusive when the noise band reaches from the change to "
+                 "the published range (the run cannot tell whether the effect is there); otherwise not reproduced.")
     lo, hi = scaled_band(c.published)
     errs = ttft_df[(ttft_df.kv_bits == bits) & (ttft_df.error != "")].error if len(ttft_df) else []
     if not ctxs and len(errs):  # the probe passed, but the first-token step failed at a shape it missed
-        return _unmeasurable([c.id], bits, errs.iloc[0], fairness)[0]
+        return _unmeasurable([c.id], bits, errs.iloc[0], fairness, backend)[0]
     if not ctxs:
         return verdict(c.id, "not measured", measured=None, fairness=fairness,
                        rule="No TTFT sweep with both caches ran. " + rule_tail.format(lo=lo, hi=hi))
@@ -372,7 +390,7 @@ def _ttft_verdict(ttft_df, bits, fairness) -> Dict:
                 "ttft_change_pct": _r(change, 1), "ttft_change_low_pct": _r(min(changes), 1),
                 "ttft_change_high_pct": _r(max(changes), 1), "spread_pct": _r(spread),
                 "noise_band_pct": _r(band), "repeats": min(p["repeats"] for p in ps)}
-    v = "reproduced" if change > band and lo <= change <= hi else "not reproduced"
+    v = "reproduced" if change > band and lo <= change <= hi else _blind(measured, change, band, c.published, measured["repeats"])
     return verdict(c.id, v, measured=measured, rule=rule_tail.format(lo=lo, hi=hi),
                    fairness=fairness + " Warm: each prompt length ran once untimed first; TTFT through mlx-lm's "
                                        "generate_step (prefill step 2048).")
@@ -402,6 +420,27 @@ def _crossover_verdict(speed, bits, fairness) -> Dict:
             f"largest context. Reproduced if it lies within the guessed {lo:g}-{hi:g} tokens; not reproduced if "
             f"elsewhere or none within the range; not measured if the range stops short of {lo:g} tokens.")
     return verdict(c.id, v, measured=measured, rule=rule, fairness=fairness)
+
+
+def _stored_model(doc: Dict) -> str:
+    """The ``model`` notebook 02 passed to :func:`verdicts` (name, parameters, dtype), as it wrote
+    it into the stored fairness notes; else the stored model name."""
+    notes = (v.get("fairness") or "" for v in doc.get("verdicts") or [])
+    found = next((m[1] for f in notes if (m := re.match(r"One (.*?) object for both caches", f))), None)
+    return found or str((doc.get("parameters") or {}).get("model_name", doc.get("model", "the speed model")))
+
+
+def decide_stored(doc: Dict, path=None) -> List[Dict]:
+    """The verdicts of a saved notebook-02 result (``kv_quantization.json``) from its stored decode
+    sweep, TTFT sweep and probes, as the notebook passed them (:class:`~mlxlab.studies.base.Study`'s
+    ``decide``); the model note from :func:`_stored_model`, the backend the run's stored device."""
+    missing = [k for k in ("speed", "ttft", "probes") if k not in doc]
+    if missing:
+        raise ValueError(f"{path or 'this document'} is not a notebook-02 result (no {', '.join(missing)}): "
+                         "rescore a kv_quantization.json")
+    device = (doc.get("environment") or {}).get("device")
+    return verdicts(pd.DataFrame(doc["speed"]), pd.DataFrame(doc["ttft"]), doc["probes"], model=_stored_model(doc),
+                    backend=f"Device({device}, 0)" if device else None)
 
 
 #: what each claim's CPU stand-in row shows (a measured key of its verdict, and its unit)

@@ -146,6 +146,12 @@ def ssd_verdict(disk: dict, *, setting: str, seed_tokens: int = SEED_PREFIX_TOKE
     if not m["page_cache_method"] or not cold_ok:
         return verdict("s001-ssd-restore", "not measurable on this backend", measured=m, rule=rule,
                        fairness=fair + " The page cache could not be dropped or checked here.")
+    cached_at_seed = m["cached_read_ms"] * (scale if extrapolated else 1.0)
+    if cached_at_seed >= SEED_READ_MS:  # copying into memory alone misses the bound: the disk is never tested
+        return verdict("s001-ssd-restore", "not measurable on this backend", measured=m, rule=rule + (
+            f" Not measurable where a read the page cache serves (no disk) already takes {SEED_READ_MS:g} ms or "
+            "more at the seed's size: then this machine's memory copy, not its disk, decides."),
+            fairness=fair, evidence="seed_disk_read (ssd)")
     return verdict("s001-ssd-restore", "reproduced" if m["read_ms_at_seed_size"] < SEED_READ_MS else "not reproduced",
                    measured=m, rule=rule, fairness=fair, evidence="seed_disk_read (ssd)")
 
@@ -186,3 +192,30 @@ def kvquant_verdict(comp: dict, *, setting: str) -> dict:
                 and m["entry_kind"].startswith("q") and m["restored_tokens"] == m["expected_restored_tokens"])
     return verdict("s001-kvquant-apc", "not reproduced" if composes else "reproduced", measured=m, rule=rule,
                    fairness=fair, evidence="kvquant_composition runs (kvquant)")
+
+
+def _stored_setting(doc: dict) -> str:
+    """The ``setting`` the notebook passed: it opens every stored verdict's fairness text (the model's
+    layers and dtype are stored nowhere else), else rebuilt from the stored model, bits and environment."""
+    for v in doc.get("verdicts") or []:
+        if "; " in (v.get("fairness") or ""):
+            return v["fairness"].partition("; ")[0]
+    env = doc.get("environment") or {}
+    return (f"model {doc.get('model')} (bits={doc.get('bits')}) on {env.get('device')} ({env.get('device_name')}), "
+            f"mlx {env.get('mlx')}" + (" (quick mode)" if (doc.get("parameters") or {}).get("quick") else ""))
+
+
+def decide_stored(doc: dict, path=None) -> List[dict]:
+    """The verdicts of a saved notebook-06 result (``prefix_cache.json``) from its stored rows
+    (:class:`~mlxlab.studies.base.Study`'s ``decide``), each rule called as the notebook called it:
+    the session count from its ``parameters``, the setting from :func:`_stored_setting`."""
+    needs = ("restore", "capacity", "disk", "kvquant", "max_context_tokens", "parameters")
+    missing = [k for k in needs if k not in doc]
+    if missing:
+        raise ValueError(f"{path or 'this document'} is not a notebook-06 prefix-cache result "
+                         f"(no {', '.join(missing)}): rescore a prefix_cache.json")
+    setting = _stored_setting(doc)
+    return [restore_verdict(doc["restore"], max_context_tokens=doc["max_context_tokens"], setting=setting),
+            sessions_verdict(doc["capacity"], sessions=doc["parameters"]["sessions"], setting=setting),
+            ssd_verdict(doc["disk"], setting=setting),
+            kvquant_verdict(doc["kvquant"], setting=setting)]

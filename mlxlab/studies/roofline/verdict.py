@@ -129,7 +129,27 @@ def place(x: float, lo: float, hi: float, spread: float) -> str:
     return "unclear" if x * (1 - 3 * spread) <= hi and x * (1 + 3 * spread) >= lo else "outside"
 
 
-_BY_PLACE = {"inside": "reproduced", "outside": "not reproduced", "unclear": "not measured"}
+_BY_PLACE = {"inside": "reproduced", "outside": "not reproduced", "unclear": "inconclusive"}
+
+
+def robust_cv(xs: Sequence[float]) -> Optional[float]:
+    """1.4826 x the median absolute deviation over the median (the CV a normal spread would have),
+    so one outlying timing does not widen the band the way a standard deviation does; None for
+    fewer than three samples."""
+    xs = [float(x) for x in xs or () if _ok(x)]
+    if len(xs) < 3:
+        return None
+    med = statistics.median(xs)
+    return 1.4826 * statistics.median([abs(x - med) for x in xs]) / med if med else None
+
+
+def combined_spread(here: Mapping, bandwidth_times: Optional[Sequence[float]] = None) -> float:
+    """The relative spread of a decode fraction (decode / bandwidth): the decode and bandwidth
+    spreads in quadrature (independent errors), the bandwidth's from its copy timings robustly
+    (:func:`robust_cv`) where the run stored them."""
+    bw = robust_cv(bandwidth_times) if bandwidth_times else None
+    parts = [here.get("decode_cv"), bw if bw is not None else here.get("bandwidth_cv")]
+    return math.sqrt(sum(x * x for x in parts if _ok(x)))
 
 
 def _ok(*xs) -> bool:
@@ -137,7 +157,7 @@ def _ok(*xs) -> bool:
 
 
 def roofline_verdicts(here: Optional[Mapping], others: Sequence[Mapping], kv: Optional[Mapping],
-                      *, fairness_here: str = "") -> List[dict]:
+                      *, fairness_here: str = "", bandwidth_times: Optional[Sequence[float]] = None) -> List[dict]:
     """The records of s001-decode-ceiling, -decode-fraction, -kv-read, -ssd-weights and
     -hardware-scaling.
 
@@ -158,7 +178,7 @@ def roofline_verdicts(here: Optional[Mapping], others: Sequence[Mapping], kv: Op
     has_here = here is not None and _ok(here.get("decode_tok_s"), here.get("ceiling_tok_s"))
     spread = 0.0
     if has_here:
-        spread = sum(x for x in (here.get("decode_cv"), here.get("bandwidth_cv")) if _ok(x))
+        spread = combined_spread(here, bandwidth_times)
 
     # s001-decode-ceiling
     arith_ok = abs(seed["ceiling_tok_s"] - 180) <= ARITHMETIC_TOL * 180
@@ -178,7 +198,7 @@ def roofline_verdicts(here: Optional[Mapping], others: Sequence[Mapping], kv: Op
         rule=(f"546 GB/s / 3 GB must recompute to the published ~180 tok/s within {ARITHMETIC_TOL:.0%}, and here "
               f"the measured decode must stay under this machine's ceiling (measured copy bandwidth / bytes of "
               f"weights per step): reproduced if its median does, not reproduced if it exceeds it by more than "
-              f"3x the repeats' spread, not measured in between (too noisy) or without a decode measurement."),
+              f"3x the repeats' spread, inconclusive in between (too noisy), not measured without a decode measurement."),
         fairness=f"{fair}; the ceiling counts weights only (the seed's division), the KV read at this short "
                  f"context is a small share", evidence="roofline.json: here"))
 
@@ -194,7 +214,8 @@ def roofline_verdicts(here: Optional[Mapping], others: Sequence[Mapping], kv: Op
         rule=(f"Compares fractions of the ceiling, not tok/s: this machine's measured decode / its ceiling against "
               f"the seed's 65 / 182 = {seed['fraction']:.0%}; reproduced when ours lies within a factor {FACTOR:g} "
               f"of it ({lo:.0%}-{hi:.0%}), not reproduced when it lies outside by more than 3x the repeats' "
-              f"spread (decode and bandwidth CVs added, spread_pct), not measured in between (too noisy)."),
+              f"spread (spread_pct: the decode CV and the copy timings' robust CV in quadrature), inconclusive in "
+              f"between (too noisy)."),
         fairness=(f"{fair}; our ceiling divides by the measured copy bandwidth, the seed's by the 546 GB/s "
                   f"datasheet peak, which makes our fraction larger than one against a peak; our model is far "
                   f"smaller than the seed's 35B MoE (3 GB per step), so fixed per-step costs weigh more"),
@@ -247,7 +268,7 @@ def roofline_verdicts(here: Optional[Mapping], others: Sequence[Mapping], kv: Op
                 f"(decode x bandwidth ratio, efficiency held fixed) holds if each machine decodes the same "
                 f"fraction of its own ceiling; reproduced when the other runs' median fraction is within a factor "
                 f"{FACTOR:g} of this run's, not reproduced when further off than 3x this run's spread, not "
-                f"measured in between"
+                f"inconclusive in between"
                 + ("." if same else "; no model ran on both, so the fractions are of different models."))
     out.append(verdict(
         "s001-hardware-scaling", v, measured=m, rule=rule,
@@ -258,3 +279,24 @@ def roofline_verdicts(here: Optional[Mapping], others: Sequence[Mapping], kv: Op
                   "steps are less likely to be"),
         evidence="roofline.json: here, others"))
     return out
+
+
+def decide_stored(doc: dict, path=None) -> List[dict]:
+    """The verdicts of a saved ``roofline.json`` (notebook 07; :class:`~mlxlab.studies.base.Study`'s
+    ``decide``): this run's point and KV bytes as stored, beside the other platforms' points the run
+    stored (``others``, as they were committed then); a document without them reads the committed
+    files of the results folder above its platform's (:func:`committed_points`)."""
+    missing = [k for k in ("here", "kv") if k not in doc]
+    if missing:
+        raise ValueError(f"{path or 'this document'} is not a roofline result (no {', '.join(missing)}): "
+                         "rescore a roofline.json")
+    others = doc.get("others")
+    if others is None:
+        if path is None:
+            raise ValueError("this roofline result stores no others and has no path to find them from")
+        from mlxlab.studies.roofline.run import load_hardware_table
+
+        plat = (doc.get("environment") or {}).get("platform")
+        top = next((p for p in Path(path).resolve().parents if p.name == plat), Path(path).resolve().parent)
+        others = committed_points(top.parent, load_hardware_table(), exclude_platform=plat)
+    return roofline_verdicts(doc["here"], others, doc["kv"], bandwidth_times=(doc.get("bandwidth") or {}).get("times_s"))

@@ -5,4 +5,5 @@ from mlxlab.studies.base import Study
 
 STUDY = Study("seed_scale", "Seed 001 at its own scale", ("seed_scale",),
               paper="9. Roofline and the case study at its own scale (seed 001)",
-              notebook="07_roofline_and_seed_scale", command="mlxlab seed-scale")
+              notebook="07_roofline_and_seed_scale", command="mlxlab seed-scale",
+              decide="mlxlab.studies.seed_scale.verdict:decide_stored")

@@ -19,6 +19,8 @@ from mlxlab.core.claims import verdict
 #: How far a prediction may sit from a published value or range and still match: the case study
 #: gives its figures as "about", "roughly", "one to two": 15% either side of the value or the range.
 ABOUT = 0.15
+#: every verdict of this study comes from the simulator, never from a run (mlxlab.core.claims.SOURCES)
+SIM = "simulation"
 
 FAIRNESS = ("Simulator on the seed-001 published profile, a cost model derived from the case study's own "
             "figures (mlxlab.sim.published), not a measurement: the verdict says whether the seed's figures "
@@ -107,14 +109,16 @@ def seed_scale_verdicts(*, floor_s: float, solo_itl_s: float, curves: Sequence[M
     t_lo, t_hi = float(chunk_doc_s[lo_c]), float(chunk_doc_s[hi_c])
     lo, hi = _band([1.0, 2.0], about)
     m = {f"chunk_2048_at_{lo_c // 1000}k_s": t_lo, f"chunk_2048_at_{hi_c // 1000}k_s": t_hi}
-    v = ("not measured" if not _finite(t_lo, t_hi) else
-         "reproduced" if lo <= t_lo <= hi and lo <= t_hi <= hi else "not reproduced")
+    m["consistent_with_published"] = bool(lo <= t_lo <= hi and lo <= t_hi <= hi) if _finite(t_lo, t_hi) else None
+    m["calibration_residual"] = True
     out.append(verdict(
-        "s001-chunk-time", v, measured=m,
-        rule=(f"Prediction: the profile's time for one 2,048-token chunk at {lo_c:,} and {hi_c:,} tokens of "
-              f"context; reproduced when both lie in 1-2 s widened by {about:.0%} ({lo:.2f}-{hi:.2f} s). "
-              f"It rests on {PREFILL_INPUTS}; the chunk figure itself is not fitted on."),
-        fairness=FAIRNESS, evidence="seed_scale: cost model prediction of one chunk (chunk_doc_s)"))
+        "s001-chunk-time", "not measured", measured=m,
+        rule=(f"A calibration residual, not a prediction: the profile's time for one 2,048-token chunk at "
+              f"{lo_c:,} and {hi_c:,} tokens of context follows from the fitted 44 s floor (its per-token cost "
+              f"times 2,048, plus attention: 44 x 2048 / 60000 = 1.50 s), so agreeing with the published 1-2 s "
+              f"tests nothing the fit did not put in. consistent_with_published says whether both lie in 1-2 s "
+              f"widened by {about:.0%} ({lo:.2f}-{hi:.2f} s). It rests on {PREFILL_INPUTS}."),
+        fairness=FAIRNESS, evidence="seed_scale: cost model prediction of one chunk (chunk_doc_s)", source=SIM))
 
     # s001-prefill-floor: a calibration input, so no verdict from the simulator
     floor_in = inputs.get("floor_60k_s", {}).get("value")
@@ -132,35 +136,39 @@ def seed_scale_verdicts(*, floor_s: float, solo_itl_s: float, curves: Sequence[M
                 "is a residual of the fit, not a test; its consistency with the 1-2 s chunks is the "
                 "s001-chunk-time verdict, and no machine here prefills 60k tokens of a 35B model.")
     out.append(verdict("s001-prefill-floor", v, measured=m, rule=rule, fairness=FAIRNESS,
-                       evidence="seed_scale: calibration.fitted"))
+                       evidence="seed_scale: calibration.fitted", source=SIM))
 
     # s001-chunk-2048-gap: the chat's typical gap while the 60k prompt is prefilled at 2,048
     p50, mean, mx = at(stall_chunk, "itl_p50_s"), at(stall_chunk, "itl_mean_s"), at(stall_chunk, "itl_max_s")
     lo, hi = _band(1.5, about)
-    v = "not measured" if not _finite(p50) else "reproduced" if lo <= p50 <= hi else "not reproduced"
     out.append(verdict(
-        "s001-chunk-2048-gap", v, measured={"gap_p50_s": p50, "gap_mean_s": mean, "gap_max_s": mx},
-        rule=(f"Prediction: the median gap of a 23k-context chat while the 60k prompt is prefilled at "
+        "s001-chunk-2048-gap", "not measured",
+        measured={"gap_p50_s": p50, "gap_mean_s": mean, "gap_max_s": mx, "calibration_residual": True,
+                  "consistent_with_published": bool(lo <= p50 <= hi) if _finite(p50) else None},
+        rule=(f"A calibration residual, not a prediction: with one decode step between chunks the gap is one "
+              f"chunk's time, which the fitted 44 s floor fixes (s001-chunk-time), so it is reported, not "
+              f"scored. The figure: the median gap of a 23k-context chat while the 60k prompt is prefilled at "
               f"{stall_chunk:,}-token chunks, one decode step between chunks (interleave); reproduced within "
               f"{about:.0%} of 1.5 s ({lo:.2f}-{hi:.2f} s). The seed's 1.5 s is 1 / 0.67 tok/s, the gap of the "
-              f"worst case (a prefill running), so the median gap is compared; gap_max_s (the prompt's last "
-              f"chunks, where attention costs most) is reported beside it. Rests on {PREFILL_INPUTS} and "
-              f"{DECODE_INPUTS}."),
-        fairness=FAIRNESS, evidence=f"seed_scale: curves[chunk_size={stall_chunk}]"))
+              f"worst case (a prefill running), so the median gap is the figure; consistent_with_published: "
+              f"within {about:.0%} of 1.5 s ({lo:.2f}-{hi:.2f} s); gap_max_s (the prompt's last chunks, where "
+              f"attention costs most) is reported beside it. Rests on {PREFILL_INPUTS} and {DECODE_INPUTS}."),
+        fairness=FAIRNESS, evidence=f"seed_scale: curves[chunk_size={stall_chunk}]", source=SIM))
 
     # s001-stall-crawl: the chat's rate over the same window
     tok_s = at(stall_chunk, "tok_s")
     lo, hi = _band(0.67, about)
-    v = "not measured" if not _finite(tok_s) else "reproduced" if lo <= tok_s <= hi else "not reproduced"
     out.append(verdict(
-        "s001-stall-crawl", v,
+        "s001-stall-crawl", "not measured",
         measured={"chat_tok_s": tok_s, "gap_mean_s": mean,
-                  "solo_itl_ms": 1e3 * solo_itl_s if _finite(solo_itl_s) else None},
-        rule=(f"Prediction: the chat's tokens per second (1 / mean gap) while the 60k prompt is prefilled at "
-              f"{stall_chunk:,} under interleave; reproduced within {about:.0%} of 0.67 tok/s "
-              f"({lo:.2f}-{hi:.2f}). The ~15 ms ITL before the prefill is the 65 tok/s calibration input "
+                  "solo_itl_ms": 1e3 * solo_itl_s if _finite(solo_itl_s) else None, "calibration_residual": True,
+                  "consistent_with_published": bool(lo <= tok_s <= hi) if _finite(tok_s) else None},
+        rule=(f"A calibration residual, not a prediction: the chat's tokens per second (1 / mean gap) while the "
+              f"60k prompt is prefilled at {stall_chunk:,} under interleave is one token per chunk step, which the "
+              f"fitted 44 s floor fixes (1 / 1.48 s = 0.675 tok/s), so it is reported, not scored; "
+              f"consistent_with_published: within {about:.0%} of 0.67 tok/s ({lo:.2f}-{hi:.2f}). The ~15 ms ITL before the prefill is the 65 tok/s calibration input "
               f"(solo_itl_ms, not scored). Rests on {PREFILL_INPUTS} and {DECODE_INPUTS}."),
-        fairness=FAIRNESS, evidence=f"seed_scale: curves[chunk_size={stall_chunk}]"))
+        fairness=FAIRNESS, evidence=f"seed_scale: curves[chunk_size={stall_chunk}]", source=SIM))
 
     # s001-sweet-spot: the gaps at 512-1,024 and the premium at 512 are predictions; the premium at
     # the calibration chunk is an input
@@ -185,7 +193,7 @@ def seed_scale_verdicts(*, floor_s: float, solo_itl_s: float, curves: Sequence[M
               f"over the floor at " + ", ".join(f"{c:,}" for c in scored_prem) +
               f" within 15-30% widened by {about:.0%} ({100 * plo:.1f}-{100 * phi:.1f}%){cal}. Rests on "
               f"{PREFILL_INPUTS} and {DECODE_INPUTS}; the premium at 512 also on the cost being per chunk."),
-        fairness=FAIRNESS, evidence="seed_scale: curves"))
+        fairness=FAIRNESS, evidence="seed_scale: curves", source=SIM))
     return out
 
 
@@ -204,3 +212,17 @@ def format_verdicts(verdicts: Sequence[Mapping], calibration: Optional[Mapping] 
         lines.append(f"{'calibration':15s} {f['figure']:22s} input {f['published']!s:10s} fitted {fmt(f['fitted'])} "
                      f"{f['unit']} (residual {'n/a' if res is None else f'{res:+.2f}%'})")
     return "\n".join(lines)
+
+
+def decide_stored(doc: dict, path=None) -> List[dict]:
+    """The verdicts of a saved ``seed_scale.json`` (``mlxlab seed-scale``, notebook 07;
+    :class:`~mlxlab.studies.base.Study`'s ``decide``) from its stored floor, solo ITL, curves and
+    chunk times, the calibration inputs it stored and its ``config``'s stall chunk; nothing is simulated."""
+    missing = [k for k in ("floor_s", "solo_itl_s", "curves", "chunk_doc_s", "calibration", "config") if k not in doc]
+    if missing:
+        raise ValueError(f"{path or 'this document'} is not a seed-scale result (no {', '.join(missing)}): "
+                         "rescore a seed_scale.json")
+    inputs = {f["figure"]: f for f in doc["calibration"]["inputs"]}
+    return seed_scale_verdicts(floor_s=doc["floor_s"], solo_itl_s=doc["solo_itl_s"], curves=doc["curves"],
+                               chunk_doc_s={int(c): t for c, t in doc["chunk_doc_s"].items()}, inputs=inputs,
+                               stall_chunk=int(doc["config"].get("stall_chunk", 2048)))

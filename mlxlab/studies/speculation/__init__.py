@@ -3,4 +3,5 @@ byte-level pair, where a draft pays, and greedy exactness (``exactness``)."""
 from mlxlab.studies.base import Study
 
 STUDY = Study("speculation", "Speculative decoding", ("speculation",), paper="5. Speculative decoding (seed 000)",
-              notebook="03_speculative_decoding", command="mlxlab bench speculation")
+              notebook="03_speculative_decoding", command="mlxlab bench speculation",
+              decide="mlxlab.studies.speculation.verdict:decide_stored")
