@@ -84,7 +84,9 @@ def test_decode_limit_reports_each_side_the_ratios_and_a_host_profile(tiny):
     res = decode_limit(tiny, batches=(1, 3), context=24, tokens=6, repeats=2, progress=False)
     for b in ("1", "3"):
         row = res["batches"][b]
-        assert set(row["tok_s"]) == {"bare", "engine", "mlx_lm"}
+        assert set(row["tok_s"]) == {"bare", "engine", "mlx_lm", "compiled"}
+        assert row["greedy_tokens_agree"]["compiled_vs_engine"]  # float32: the compiled step's tokens are the engine's
+        assert len(row["compiled_over_mlx_lm"]["ratios"]) == 2
         assert all(v["median"] > 0 for v in row["tok_s"].values())
         assert len(row["engine_over_bare"]["ratios"]) == 2 and row["engine_over_bare"]["median"] > 0
         prof = row["host_profile"]
@@ -133,3 +135,25 @@ def test_packed_steps_on_an_even_batch_equal_generate_step(tiny):
     assert any(s.fused for s in eng.steps)
     for r, p, n in [(r, p, 10) for r, p in zip(reqs, even)] + [(late, long, 4)]:
         assert_matches(r.output_tokens, reference(tiny, p, n))
+
+
+def _b1(engine_x, compiled_x):
+    return {"batches": {"1": {"engine_over_mlx_lm": {"median": engine_x[1], "min": engine_x[0], "max": engine_x[2]},
+                              "compiled_over_mlx_lm": {"median": compiled_x[1], "min": compiled_x[0],
+                                                       "max": compiled_x[2]}}}}
+
+
+def test_b1_parity_and_compiled_verdicts_hold_every_preset_to_the_target_and_straddling_is_inconclusive():
+    from mlxlab.studies.engine_bench.decode_limit import compiled_verdict, parity_verdict
+
+    ok = {"qwen2.5-0.5b": _b1((1.01, 1.05, 1.1), (1.35, 1.4, 1.5)), "llama-3.2-1b": _b1((1.0, 1.02, 1.04), (1.31, 1.4, 1.42))}
+    assert parity_verdict(ok)["verdict"] == "reproduced" and compiled_verdict(ok)["verdict"] == "reproduced"
+    slow = dict(ok, **{"llama-3.2-1b": _b1((0.8, 0.82, 0.85), (1.1, 1.2, 1.25))})
+    assert parity_verdict(slow)["verdict"] == "not reproduced" and compiled_verdict(slow)["verdict"] == "not reproduced"
+    noisy = dict(ok, **{"llama-3.2-1b": _b1((0.95, 1.01, 1.06), (1.25, 1.32, 1.36))})
+    p, c = parity_verdict(noisy), compiled_verdict(noisy)
+    assert p["verdict"] == c["verdict"] == "inconclusive" and p["measured"]["straddling"] == ["llama-3.2-1b"]
+    # the compiled claim names the 0.5b and 1b presets: a slower 1.5b does not decide it
+    other = dict(ok, **{"qwen2.5-coder-1.5b": _b1((1.0, 1.0, 1.0), (1.0, 1.05, 1.1))})
+    assert compiled_verdict(other)["verdict"] == "reproduced"
+    assert parity_verdict({})["verdict"] == "not measured"

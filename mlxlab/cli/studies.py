@@ -75,7 +75,7 @@ def cli_bench_engine(args: argparse.Namespace) -> int:
     # mlx: the studies are imported when their command runs
     from mlxlab.engine.models import load_model
     from mlxlab.studies.engine_bench.run import bench_engine, verdicts
-    from mlxlab.studies.engine_bench.decode_limit import decode_limit, limit_verdict
+    from mlxlab.studies.engine_bench.decode_limit import decode_limit, decode_verdicts
 
     out, folder = {"presets": {}}, None
     params = {k: getattr(args, k) for k in ("models", "bits", "dtype", "prompt_tokens", "decode_tokens", "batch",
@@ -102,7 +102,7 @@ def cli_bench_engine(args: argparse.Namespace) -> int:
         # written after every preset, so a run cut short by a time limit keeps what it measured
         vs = verdicts(out["presets"])
         if not args.no_limit:
-            vs.append(limit_verdict({p: r["decode_limit"] for p, r in out["presets"].items() if "decode_limit" in r}))
+            vs += decode_verdicts({p: r["decode_limit"] for p, r in out["presets"].items() if "decode_limit" in r})
         folder = folder or run_folder(args.platform, args.save)
         path = save_results(args.name, out, platform=args.platform, folder=folder, verdicts=vs, parameters=params)
     for v in vs:

@@ -23,7 +23,6 @@ described in :mod:`mlxlab.engine.overlap`.
 from __future__ import annotations
 
 import copy
-import threading
 import time
 from typing import Callable, Dict, List, Optional, Sequence
 
@@ -36,6 +35,7 @@ from mlxlab.core.presets import model_limits, module_of
 from mlxlab.engine.models import materialize
 from mlxlab.core.request import Request, SequenceState, StepRecord
 from mlxlab.engine.admission import KVBudget, kv_quantization
+from mlxlab.engine.streams import greedy, thread_stream  # noqa: F401 (re-exported)
 from mlxlab.engine.batch import (
     DecodeBatch,
     can_pad,
@@ -44,6 +44,7 @@ from mlxlab.engine.batch import (
     presize,
     trim,
 )
+from mlxlab.engine.compiled import compiled_decode
 from mlxlab.engine.fused import can_fuse, packed_forward
 from mlxlab.engine.overlap import OVERLAP_SYNCS, DecodePacer, PrefillWorker, resolve_overlap
 from mlxlab.engine.overlap_steps import OverlapSteps
@@ -52,28 +53,6 @@ from mlxlab.engine.speculative import DraftLane, check_draft, draft_tokens, spec
 from mlxlab.engine.warmup import warmup as run_warmup
 from mlxlab.policies import make_policy, next_plan, with_key_align
 from mlxlab.policies.base import Policy
-
-_STREAMS = threading.local()
-
-
-def thread_stream():
-    """The calling thread's engine stream on the default device, made on first use and then
-    kept for the life of the thread (mlx streams belong to the thread that made them). Every
-    engine on a thread shares it, as every ``generate_step`` call shares mlx-lm's
-    ``generation_stream``: with a fresh stream per engine, single-request prefill on the H200 ran
-    well below mlx-lm's speed."""
-    streams = getattr(_STREAMS, "by_device", None)
-    if streams is None:
-        streams = _STREAMS.by_device = {}
-    dev = mx.default_device()
-    if str(dev) not in streams:
-        streams[str(dev)] = mx.new_stream(dev)
-    return streams[str(dev)]
-
-
-def greedy(logits: mx.array) -> mx.array:
-    return mx.argmax(logits, axis=-1)
-
 
 def _check_options(overlap, overlap_sync, fuse, byte_limits: Dict[str, Optional[int]]) -> None:
     if overlap is not None and not isinstance(overlap, bool):
@@ -154,6 +133,10 @@ class Engine(OverlapSteps, PlanExecutor):
         history_limit: keep only this many of the newest step records and finished requests in
             ``steps`` and ``requests`` (a server that runs for days; :mod:`mlxlab.serve` sets one).
             None (default) keeps everything, as the studies need.
+        compile_decode: run the decode step of an even batch (a lone stream, or rows at one
+            length) as one ``mx.compile`` graph (:mod:`mlxlab.engine.compiled`): no Python graph
+            building per token, traced once per KV buffer size and shared by the model's engines.
+            Greedy output is unchanged.
         policy_options: keyword options for a policy given by name.
 
     The engine is not thread-safe: call its methods from one thread.
@@ -168,7 +151,7 @@ class Engine(OverlapSteps, PlanExecutor):
                  fuse: Optional[bool] = None, key_align: int = KEY_ALIGN,
                  warmup_tokens: Optional[int] = None, overlap_pace_x: Optional[float] = None,
                  overlap_job_chunks: Optional[int] = None, history_limit: Optional[int] = None,
-                 draft_model=None, **policy_options):
+                 draft_model=None, compile_decode: bool = False, **policy_options):
         vocab_size, max_context = model_limits(model)
         super().__init__(chunk_size=chunk_size, key_align=key_align, stop_tokens=stop_tokens,
                          vocab_size=vocab_size, max_context=max_context, history_limit=history_limit)
@@ -200,6 +183,9 @@ class Engine(OverlapSteps, PlanExecutor):
         self._lanes: Dict[int, DraftLane] = {}  # request id -> its lane, from submit to finish
         self.draft, self._draft_context = check_draft(model, draft_model)
         self._batch = DecodeBatch()
+        if compile_decode not in (True, False):
+            raise ValueError(f"compile_decode must be True or False, got {compile_decode!r}")
+        self._compiled = compiled_decode(self.module) if compile_decode else None
         self._prefill = PrefillWorker(self._prefill_job)  # overlap mode's worker thread
         self._pacer = DecodePacer(overlap_pace_x)
         if isinstance(overlap_job_chunks, bool) or not isinstance(overlap_job_chunks, int) or overlap_job_chunks < 1:
@@ -449,7 +435,9 @@ class Engine(OverlapSteps, PlanExecutor):
                 maybe_quantize(seq)
             groups.append((self._sample(logits, self._decoding), list(self._decoding)))
         elif self._decoding:
-            logits = self.module(self._batch.inputs[:, None], cache=self._batch.cache)[:, -1, :]
+            logits = (self._compiled.step(self._batch.inputs, self._batch.cache)
+                      if self._compiled is not None and self._compiled.fits(self._batch) else
+                      self.module(self._batch.inputs[:, None], cache=self._batch.cache)[:, -1, :])
             groups.append((self._sample(logits, self._decoding), list(self._decoding)))
         for s in self._solo:
             logits = self.module(s.solo_input[:, None], cache=s.cache)[:, -1, :]

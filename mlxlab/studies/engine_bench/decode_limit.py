@@ -115,10 +115,12 @@ def _paired(a: List[float], b: List[float]) -> Dict:
 
 def decode_limit(model, *, batches: Sequence[int] = (1, 8), context: int = 1024, tokens: int = 128,
                  repeats: int = 5, seed: int = 0, progress: bool = True) -> Dict:
-    """Decode tok/s of the bare loop, the engine and mlx-lm at each batch size, ``repeats`` times in
-    alternating order, on rows of ``context`` prompt tokens. Per batch: each side's median/p99,
-    the paired per-repeat ratios engine / bare, mlx-lm / bare and engine / mlx-lm, whether the
-    engine's greedy tokens equal the bare loop's and mlx-lm's, and :func:`host_profile`."""
+    """Decode tok/s of the bare loop, the engine, the engine with its compiled decode step
+    (``compile_decode=True``) and mlx-lm at each batch size, ``repeats`` times in alternating order,
+    on rows of ``context`` prompt tokens. Per batch: each side's median/p99, the paired per-repeat
+    ratios engine / bare, mlx-lm / bare, engine / mlx-lm, compiled / mlx-lm and compiled / engine,
+    whether the engine's greedy tokens equal the bare loop's and mlx-lm's and the compiled engine's
+    the engine's, and :func:`host_profile`."""
     for name, v in (("context", context), ("tokens", tokens), ("repeats", repeats)):
         if not isinstance(v, int) or v < 2:
             raise ValueError(f"{name} must be an integer of at least 2, got {v!r}")
@@ -133,26 +135,31 @@ def decode_limit(model, *, batches: Sequence[int] = (1, 8), context: int = 1024,
         prompts = [random_prompt(context, vocab, seed + 100 * b + i) for i in range(b)]
         warm = [p[:64] for p in prompts]  # kernels and allocator, untimed
         bare_decode(model, warm, 4), engine_decode(model, warm, 4), _mlx_lm(model, warm, 4)
-        s = {"bare": [], "engine": [], "mlx_lm": []}
-        agree = {"engine_vs_bare": True, "engine_vs_mlx_lm": True}
+        engine_decode(model, prompts, 4, compile_decode=True)  # traces the compiled step at these rows' buffer
+        s = {"bare": [], "engine": [], "mlx_lm": [], "compiled": []}
+        agree = {"engine_vs_bare": True, "engine_vs_mlx_lm": True, "compiled_vs_engine": True}
         ref_name = "generate_step" if b == 1 else "BatchGenerator"
         for i in range(repeats):
-            sides = ["bare", "engine", "mlx_lm"]
+            sides = ["bare", "engine", "mlx_lm", "compiled"]
             for side in (sides if i % 2 == 0 else sides[::-1]):
                 if side == "bare":
                     r = bare_decode(model, prompts, tokens)
                     s["bare"].append(_rate(r["times"], b))
                     bare_tokens = r["tokens"]
-                elif side == "engine":
-                    r = engine_decode(model, prompts, tokens)
-                    s["engine"].append(window_throughput(r["times"]))
-                    eng_tokens = r["tokens"]
+                elif side in ("engine", "compiled"):
+                    r = engine_decode(model, prompts, tokens, compile_decode=side == "compiled")
+                    s[side].append(window_throughput(r["times"]))
+                    if side == "engine":
+                        eng_tokens = r["tokens"]
+                    else:
+                        compiled_tokens = r["tokens"]
                 else:
                     r = _mlx_lm(model, prompts, tokens)
                     s["mlx_lm"].append(r["rate"])
                     ref_tokens = r["tokens"]
             agree["engine_vs_bare"] &= eng_tokens == bare_tokens
             agree["engine_vs_mlx_lm"] &= eng_tokens == ref_tokens
+            agree["compiled_vs_engine"] &= compiled_tokens == eng_tokens
             if bar is not None:
                 bar.update()
         out["batches"][str(b)] = {
@@ -160,6 +167,8 @@ def decode_limit(model, *, batches: Sequence[int] = (1, 8), context: int = 1024,
             "engine_over_bare": _paired(s["engine"], s["bare"]),
             "mlx_lm_over_bare": _paired(s["mlx_lm"], s["bare"]),
             "engine_over_mlx_lm": _paired(s["engine"], s["mlx_lm"]),
+            "compiled_over_mlx_lm": _paired(s["compiled"], s["mlx_lm"]),
+            "compiled_over_engine": _paired(s["compiled"], s["engine"]),
             "greedy_tokens_agree": agree,
             "host_profile": host_profile(model, prompts, min(tokens, 64)),
         }
@@ -296,3 +305,48 @@ def limit_verdict(presets: Dict[str, Dict], low: float = 0.9) -> Dict:
     ok = worst["engine_over_bare"]["median"] >= low
     return verdict("mlx-decode-near-limit", "reproduced" if ok else "not reproduced", measured=measured,
                    rule=rule, fairness=fairness)
+
+
+def _b1_rows(presets: Dict[str, Dict]) -> List[tuple]:
+    return [(name, res["batches"]["1"]) for name, res in presets.items() if "1" in res.get("batches", {})]
+
+
+def _against_mlx_lm(claim_id: str, rows: List[tuple], key: str, target: float, what: str) -> Dict:
+    """A verdict on ``key`` (paired ratios against generate_step at batch 1) being at least
+    ``target`` on every preset, inconclusive where a preset's repeats straddle the target."""
+    rule = (f"At batch 1, per preset, the median of per-repeat paired ratios {what} / generate_step decode tok/s "
+            f"(same model object, prompts and process, order alternating per repeat). Reproduced when every "
+            f"preset's median is at least {target:g} and its lowest paired ratio too; not reproduced when a "
+            f"preset's highest paired ratio is below {target:g}; inconclusive when a preset's repeats straddle "
+            f"{target:g} (the spread cannot place it).")
+    fairness = ("Both sides greedy on the same prompt, after an untimed warm-up of both (and of the compiled step "
+                "at this buffer size); min and max of the paired ratios give the repeat-to-repeat spread.")
+    rows = [(n, r[key]) for n, r in rows if key in r]
+    if not rows:
+        return verdict(claim_id, "not measured", measured=None, rule=rule,
+                       fairness="no batch-1 decode-limit rows with this side in these results")
+    measured = {n: {"median_x": p["median"], "min_x": p["min"], "max_x": p["max"]} for n, p in rows}
+    below = [n for n, p in rows if p["max"] < target]
+    straddle = [n for n, p in rows if p["min"] < target <= p["max"]]
+    v = "not reproduced" if below else ("inconclusive" if straddle else "reproduced")
+    measured = {"presets": measured, "below": below, "straddling": straddle, "within_noise": bool(straddle) and not below}
+    return verdict(claim_id, v, measured=measured, rule=rule, fairness=fairness)
+
+
+def parity_verdict(presets: Dict[str, Dict]) -> Dict:
+    """``mlx-decode-b1-parity``: the engine's batch-1 decode at least as fast as ``generate_step``."""
+    return _against_mlx_lm("mlx-decode-b1-parity", _b1_rows(presets), "engine_over_mlx_lm", 1.0, "engine")
+
+
+def compiled_verdict(presets: Dict[str, Dict], target: float = 1.3) -> Dict:
+    """``mlx-compiled-decode``: the compiled decode step at least ``target`` x ``generate_step`` at
+    batch 1 (the claim's presets: the 0.5b and 1b ones where measured, else every preset)."""
+    rows = _b1_rows(presets)
+    named = [(n, r) for n, r in rows if n in ("qwen2.5-0.5b", "llama-3.2-1b")]
+    return _against_mlx_lm("mlx-compiled-decode", named or rows, "compiled_over_mlx_lm", target,
+                           "engine with compile_decode=True")
+
+
+def decode_verdicts(presets: Dict[str, Dict]) -> List[Dict]:
+    """The three verdicts the decode-limit rows decide."""
+    return [limit_verdict(presets), parity_verdict(presets), compiled_verdict(presets)]

@@ -6,7 +6,7 @@ from __future__ import annotations
 
 from typing import Dict, List
 
-from mlxlab.studies.engine_bench.decode_limit import limit_verdict
+from mlxlab.studies.engine_bench.decode_limit import decode_verdicts
 from mlxlab.studies.engine_bench.run import SPEED_METRICS, verdicts
 
 
@@ -18,7 +18,7 @@ def decide_stored(doc: Dict, path=None) -> List[Dict]:
     if "presets" in doc:
         presets = doc["presets"]
         limits = {p: r["decode_limit"] for p, r in presets.items() if "decode_limit" in r}
-        return verdicts(presets) + ([limit_verdict(limits)] if limits else [])
+        return verdicts(presets) + (decode_verdicts(limits) if limits else [])
     needs = ("model", "dtype", "exactness", "config", "greedy_tokens_agree", *(k for k, _ in SPEED_METRICS.values()))
     missing = [k for k in needs if k not in doc]
     if missing:
