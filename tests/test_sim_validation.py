@@ -203,14 +203,18 @@ def test_profile_shares_split_by_share_or_where_the_grid_comes_round():
 
 
 def test_seed_scale_study_reproduces_the_published_figures():
-    """The case study's figures from the published profile (deterministic: no device): every
-    prediction reproduced, the calibration inputs given back as residuals (the floor's claim says
-    it is an input); the decode-window gate runs by its registered name."""
+    """The case study's figures from the published profile (deterministic: no device): the sweet
+    spot predicted and reproduced; the figures the fitted floor fixes (chunk time, 2,048 gap, crawl)
+    given back as calibration residuals that agree with the published ones, never scored; every
+    verdict a simulation's; the decode-window gate runs by its registered name."""
     res = seed_scale_study(chunk_sizes=(512, 1024, 2048), stall_free_budgets=(512,), slo_targets_s=(0.5,))
     verdicts = {v["claim"]: v["verdict"] for v in res["verdicts"]}
-    assert verdicts == {"s001-chunk-time": "reproduced", "s001-prefill-floor": "not measured",
-                        "s001-chunk-2048-gap": "reproduced", "s001-stall-crawl": "reproduced",
+    assert verdicts == {"s001-chunk-time": "not measured", "s001-prefill-floor": "not measured",
+                        "s001-chunk-2048-gap": "not measured", "s001-stall-crawl": "not measured",
                         "s001-sweet-spot": "reproduced"}, format_claims(res)
+    residuals = [v for v in res["verdicts"] if (v["measured"] or {}).get("calibration_residual")]
+    assert len(residuals) == 3 and all(v["measured"]["consistent_with_published"] for v in residuals)
+    assert {v["source"] for v in res["verdicts"]} == {"simulation"}
     assert all(abs(f["residual_pct"]) < 5 for f in res["calibration"]["fitted"]), format_claims(res)
     assert [p["policy"] for p in res["plane"]] == ["interleave"] * 3 + ["stall_free", "slo", "admission_gate",
                                                                        "admission_gate", "admission_gate_window"]

@@ -44,6 +44,10 @@ def register(sub: argparse._SubParsersAction) -> None:
     sp.add_argument("--num-draft-tokens", type=positive_int, default=None, metavar="N",
                     help="with --draft-model: drafts per round for requests that name no num_draft_tokens "
                          "(default: those decode in the batch)")
+    sp.add_argument("--compile-decode", action="store_true",
+                    help="decode a lone stream (or rows of one length) with the compiled step (Engine(compile_decode=True)): "
+                         "faster where a step is host-paced on the CPU, slower on the H200 so far (data/results/h200/"
+                         "bench_engine_compiled.json)")
     sp.add_argument("--warmup", default="token", help="engine warm-up before serving: off, token, shapes or policy")
     sp.add_argument("--host", default="127.0.0.1", help="address to listen on")
     sp.add_argument("--port", type=positive_int, default=8000, help="port to listen on")
@@ -134,7 +138,7 @@ def cli_serve(args: argparse.Namespace) -> int:
                          overlap=True if args.overlap else None, prefix_cache=prefix, warmup=args.warmup,
                          kv_budget_bytes=args.kv_budget_mb << 20 if args.kv_budget_mb else None,
                          max_in_flight=args.max_in_flight, draft_model=draft,
-                         num_draft_tokens=args.num_draft_tokens, **options)
+                         num_draft_tokens=args.num_draft_tokens, compile_decode=args.compile_decode, **options)
     print(f"mlxlab serve: {args.model} ({model.num_params / 1e6:.1f}M params, {model.dtype}), policy {args.policy} "
           f"{options or ''}, chunk {args.chunk_size}{f', draft {args.draft_model}' if draft else ''}, "
           f"on http://{args.host}:{args.port}", flush=True)

@@ -78,3 +78,26 @@ def noise_outcome(passed: Optional[bool], *, margin: float, band: float, repeats
         return {"verdict": "inconclusive", "within_noise": True,
                 "repeats_to_resolve": repeats_to_resolve(band, abs(margin), repeats)}
     return {"verdict": "reproduced" if passed else "not reproduced", "within_noise": False}
+
+
+def decided(claim_id: str, passed: Optional[bool], measured, rule: str, fairness: str, evidence: str,
+            why_not: str = "a configuration it needs did not run or measured nothing") -> dict:
+    """A verdict record: reproduced / not reproduced as ``passed`` says; "not measured" (with
+    ``why_not`` in the rule) when ``passed`` is None."""
+    from mlxlab.core.claims import verdict
+
+    if passed is None:
+        return verdict(claim_id, "not measured", measured=measured, rule=f"{rule} Not measured: {why_not.rstrip('.')}.",
+                       fairness=fairness, evidence=evidence)
+    return verdict(claim_id, "reproduced" if passed else "not reproduced", measured=measured, rule=rule,
+                   fairness=fairness, evidence=evidence)
+
+
+def common_prefix(a, b) -> int:
+    """How many leading tokens two sequences share (how far two greedy streams agree)."""
+    n = 0
+    for x, y in zip(a, b):
+        if x != y:
+            break
+        n += 1
+    return n

@@ -17,8 +17,8 @@ from __future__ import annotations
 import math
 from typing import Dict, List, Optional, Tuple
 
-from mlxlab.core.claims import claim, verdict
-from mlxlab.studies.rules import all_finite, as_float, finite_or_none, to_ms, within_noise
+from mlxlab.core.claims import claim
+from mlxlab.studies.rules import all_finite, as_float, decided, finite_or_none, to_ms, within_noise
 from mlxlab.studies.scheduling.verdict import GATE_ITL_X, GATE_TTFT_X
 from mlxlab.studies.scheduling.metrics import ratio
 
@@ -105,15 +105,6 @@ class _Result:
                 f"{SEED_STEP_ITL[0]:.0f}-{SEED_STEP_ITL[1]:.0f})" + ("; quick mode" if c.get("quick") else ""))
 
 
-def _v(claim_id: str, passed: Optional[bool], measured: dict, rule: str, fairness: str, evidence: str,
-       why_not: str = "a configuration it needs did not run or measured nothing") -> dict:
-    if passed is None:
-        return verdict(claim_id, "not measured", measured=measured, rule=f"{rule} Not measured: {why_not}.",
-                       fairness=fairness, evidence=evidence)
-    return verdict(claim_id, "reproduced" if passed else "not reproduced", measured=measured, rule=rule,
-                   fairness=fairness, evidence=evidence)
-
-
 # ---------------------------------------------------------------------------------- the claims
 def stall_crawl(r: _Result) -> dict:
     """``s001-stall-crawl``. measured: ``chunk_tokens``, ``prompt_tokens``, ``chat_prefill_tok_s`` (with ``_lo`` /
@@ -141,7 +132,7 @@ def stall_crawl(r: _Result) -> dict:
     ok = None
     if all_finite(collapse, mech):
         ok = collapse >= CRAWL_MIN_X and MECHANISM_BAND[0] <= mech <= MECHANISM_BAND[1]
-    return _v("s001-stall-crawl", ok, measured,
+    return decided("s001-stall-crawl", ok, measured,
               f"Scaled rule: the seed's chat fell from {SEED_SOLO_TOK_S:g} to {SEED_STALL_TOK_S:g} tok/s (a "
               f"{SEED_SOLO_TOK_S / SEED_STALL_TOK_S:.0f}x collapse), one token per 2,048-token chunk step of ~100 "
               f"decode steps. Here, under interleave at chunk {ref} with one long prompt of "
@@ -193,7 +184,7 @@ def gate_worst_gap(r: _Result) -> dict:
     ok = None
     if cells and all(math.isfinite(x) for x in ratios.values()) and all_finite(growth):
         ok = max(ratios.values()) <= GAP_STEP_MAX_X and growth <= GAP_GROWTH_MAX_X
-    return _v("s001-gate-worst-gap", ok, measured,
+    return decided("s001-gate-worst-gap", ok, measured,
               f"For every chunk size and worker count ({ws}) the admission gate ran, the chat's worst gap (median "
               f"over repeats) over the longest step that ran one long-prompt chunk in that run; reproduced when it "
               f"is at most {GAP_STEP_MAX_X:g} everywhere (one chunk step) and the gate's worst gap with {hi_w} "
@@ -229,7 +220,7 @@ def gate_window_rate(r: _Result) -> dict:
                 "spread_pct": None if s is None else 100 * s,
                 "within_noise": _any(within_noise(lo_x, WINDOW_BAND[0], s), within_noise(hi_x, WINDOW_BAND[1], s))}
     ok = None if not all_finite(lo_x, hi_x) else (WINDOW_BAND[0] <= lo_x and hi_x <= WINDOW_BAND[1])
-    return _v("s001-gate-window-rate", ok, measured,
+    return decided("s001-gate-window-rate", ok, measured,
               f"Scaled rule: the seed's 60-70 tok/s between chunks is its solo 65 tok/s (0.92-1.08x). Under "
               f"admission_gate_window (the gate with a decode window of {to_ms(r.window_s) or 0:.0f} ms held open after "
               f"each chunk), the chat's rate over its gaps in the prefill window that no long-prompt chunk ran in, "
@@ -273,7 +264,7 @@ def sweet_spot(r: _Result) -> dict:
     if all_finite(rel[lo], rel[hi], prem[lo], prem[hi]):
         gaps_ok = all(seed_rel[c] / SWEET_GAP_FACTOR <= rel[c] <= seed_rel[c] * SWEET_GAP_FACTOR for c in (lo, hi))
         ok = gaps_ok and all(p_lo <= prem[c] <= p_hi for c in (lo, hi))
-    return _v("s001-sweet-spot", ok, measured,
+    return decided("s001-sweet-spot", ok, measured,
               f"Scaled rule: chunks {lo} and {hi} stand for the seed's 512 and 1,024 (1/4 and 1/2 of chunk {ref}, "
               f"its 2,048), so the seed's gaps of 0.4 and 0.8 s become 0.27x and 0.53x of the gap at chunk {ref} "
               f"(the seed's 1.5 s) and its TTFT premium stays a percentage over the floor (the lowest alone TTFT "
@@ -325,7 +316,7 @@ def gate_vs_stall_free(r: _Result) -> dict:
                     baseline_meets_own_bound=bool(base_x <= limit) if math.isfinite(base_x) else None)
     ok = None if not (pairs and fin and math.isfinite(base_x)) else (
         max(itl.values()) <= GATE_ITL_X and max(ttft.values()) <= GATE_TTFT_X and base_x <= limit)
-    return _v("s001-gate-vs-stall-free", ok, measured,
+    return decided("s001-gate-vs-stall-free", ok, measured,
               f"The admission gate against stall_free at an equal chunk size = token budget, for every chunk size "
               f"and worker count both ran ({len(pairs)} cells), the same chat beside the same long prompts: "
               f"reproduced (the gate approximates stall-free batching) when everywhere the gate's chat ITL p99 "

@@ -32,6 +32,7 @@ import numpy as np
 
 from mlxlab.sim.simulator import Simulator
 from mlxlab.studies.disagg.sim import PrefillSim, simulate_disagg, simulate_single
+from mlxlab.studies.rules import common_prefix
 
 #: The scene's sizes: the case study's chat context, four workers' fresh prompts across its
 #: 10-25k range, a short answer each (their KV has a reader, so it travels), the seed's chunk, the
@@ -63,7 +64,7 @@ class PrefixCacheSim:
 
     def _restore(self, seq) -> None:
         prompt = seq.req.prompt
-        n = max((_common_prefix(p, prompt) for p in self.cached_prefixes), default=0)
+        n = max((common_prefix(p, prompt) for p in self.cached_prefixes), default=0)
         n = min(n, seq.prefill_tokens)  # the last prompt token is the first decode input
         if n:
             seq.prefilled = seq.req.cached_tokens = n
@@ -75,15 +76,6 @@ class CachedSim(PrefixCacheSim, Simulator):
 
 class CachedPrefillSim(PrefixCacheSim, PrefillSim):
     """A simulated prefill machine with a prefix cache (:class:`PrefixCacheSim`)."""
-
-
-def _common_prefix(a: Sequence[int], b: Sequence[int]) -> int:
-    n = 0
-    for x, y in zip(a, b):
-        if x != y:
-            break
-        n += 1
-    return n
 
 
 def seed_workload(scene: dict, solo_itl_s: float, batch_s: float) -> tuple:

@@ -22,7 +22,7 @@ from mlxlab.core.metrics import median_and_p99
 from mlxlab.core.presets import model_limits, module_of
 from mlxlab.engine.loop import Engine
 from mlxlab.engine.warmup import random_prompt
-from mlxlab.studies.rules import noise_outcome
+from mlxlab.studies.rules import common_prefix, noise_outcome
 
 
 def window_throughput(token_times: Sequence[Sequence[float]]) -> float:
@@ -34,16 +34,6 @@ def window_throughput(token_times: Sequence[Sequence[float]]) -> float:
         return float("nan")
     n = sum(1 for ts in token_times for x in ts[1:] if start < x <= end)
     return n / (end - start)
-
-
-def common_prefix(a: Sequence[int], b: Sequence[int]) -> int:
-    """How many leading tokens two sequences share."""
-    n = 0
-    for x, y in zip(a, b):
-        if x != y:
-            break
-        n += 1
-    return n
 
 
 def mlx_lm_single(model, prompt: List[int], max_tokens: int, prefill_step_size: int) -> Dict:

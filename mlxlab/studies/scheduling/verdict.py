@@ -29,8 +29,8 @@ from __future__ import annotations
 import math
 from typing import Dict, List, Optional
 
-from mlxlab.core.claims import claim, verdict
-from mlxlab.studies.rules import all_finite, as_float, finite_or_none, to_ms, within_noise, worst
+from mlxlab.core.claims import claim
+from mlxlab.studies.rules import all_finite, as_float, decided, finite_or_none, to_ms, within_noise, worst
 from mlxlab.studies.scheduling.metrics import ratio, spread
 
 #: the claims this study decides (each only where the policies it needs ran)
@@ -83,17 +83,6 @@ class _Result:
                 + ("; quick mode" if c.get("quick") else ""))
 
 
-def _v(claim_id: str, passed: Optional[bool], measured: dict, rule: str, fairness: str, evidence: str,
-       why_not: Optional[str] = None) -> dict:
-    """A verdict: reproduced / not reproduced by ``passed``; "not measured" (with ``why_not`` in
-    the rule) when ``passed`` is None."""
-    if passed is None:
-        return verdict(claim_id, "not measured", measured=measured, rule=f"{rule} Not measured: {why_not}",
-                       fairness=fairness, evidence=evidence)
-    return verdict(claim_id, "reproduced" if passed else "not reproduced", measured=measured, rule=rule,
-                   fairness=fairness, evidence=evidence)
-
-
 # ---------------------------------------------------------------------------------- the claims
 def interleave_matches(r: _Result) -> dict:
     """``mlx-interleave-matches``. measured: ``worst_gap_ratio_w{W}_x`` (engine interleave / mlx-lm
@@ -116,7 +105,7 @@ def interleave_matches(r: _Result) -> dict:
                 "mlx_lm_worst_gap_ms": to_ms(r.get(f"stall/mlx_lm/w{top}", "chat_worst_gap_s")),
                 "worst_gap_spread_pct": _pct(s), "within_noise": None if s is None else any(bool(n) for n in near)}
     ok = None if not workers or len(fin) < len(workers) else all(lo <= x <= hi for x in fin)
-    return _v("mlx-interleave-matches", ok, measured,
+    return decided("mlx-interleave-matches", ok, measured,
               f"reproduced when the engine's interleave / mlx-lm BatchGenerator worst chat gap lies in "
               f"[{lo:g}, {hi:g}] for every worker count {workers} (chunk = prefill_step_size "
               f"{r.config.get('stall_chunk')}); not reproduced otherwise.",
@@ -141,7 +130,7 @@ def slo_chat_itl(r: _Result) -> dict:
                 "chosen_chunk_median": finite_or_none(r.rows.get("contended/slo", {}).get("chosen_chunk_median")),
                 "infeasible_fraction": finite_or_none(r.rows.get("contended/slo", {}).get("infeasible_fraction")),
                 "itl_p99_spread_pct": _pct(s), "within_noise": within_noise(x, limit, s)}
-    return _v("mlx-slo-chat-itl", None if not math.isfinite(x) else x <= limit, measured,
+    return decided("mlx-slo-chat-itl", None if not math.isfinite(x) else x <= limit, measured,
               f"reproduced when slo's chat ITL p99 (pooled over the repeats' contended gaps) is at most {limit:g}x "
               f"the chat's solo ITL p50 while one long prompt prefills; not reproduced otherwise (the packed "
               f"variant is reported, not decided).",
@@ -163,7 +152,7 @@ def slo_alone_ttft(r: _Result) -> dict:
     measured = {"ttft_ratio_x": finite_or_none(x), "slo_alone_ttft_s": finite_or_none(t), "alone_ttft_2048_s": finite_or_none(ref),
                 "ttft_over_best_alone_x": finite_or_none(ratio(t, as_float(r.refs.get("alone_ttft_best_s")))),
                 "ttft_spread_pct": _pct(s), "within_noise": within_noise(x, limit, s)}
-    return _v("mlx-slo-alone-ttft", None if not math.isfinite(x) else x <= limit, measured,
+    return decided("mlx-slo-alone-ttft", None if not math.isfinite(x) else x <= limit, measured,
               f"reproduced when slo's long-prompt TTFT with nobody decoding is at most {limit:g}x the same prompt's "
               f"TTFT alone at chunk {REFERENCE_CHUNK} (interleave); not reproduced otherwise.",
               r.fairness("the same prompt alone under both policies, same model object, same run"),
@@ -198,7 +187,7 @@ def slo_not_dominated(r: _Result) -> dict:
                 "fixed_chunks_n": len(keys), "slo_itl_p99_ms": to_ms(itl), "slo_long_ttft_s": finite_or_none(ttft),
                 "within_noise": any(flips) if flips else None}
     ok = None if not (keys and all_finite(itl, ttft)) else not dom
-    return _v("mlx-slo-not-dominated", ok, measured,
+    return decided("mlx-slo-not-dominated", ok, measured,
               "reproduced when no fixed chunk size (interleave, one long prompt beside the chat) has both a chat ITL "
               "p99 and a long-prompt TTFT at most slo's; not reproduced when one does (ties count as dominating).",
               r.fairness("slo and every fixed chunk size on the same workload (one chat, one long prompt), same run; "
@@ -221,7 +210,7 @@ def stall_free_itl(r: _Result) -> dict:
                 "unfused_itl_p99_over_solo_x": finite_or_none(ratio(r.get(unf, "pooled_itl_p99_s"), solo)),
                 "mixed_step_ms": to_ms(r.get(key, "mixed_step_s")), "unfused_mixed_step_ms": to_ms(r.get(unf, "mixed_step_s")),
                 "itl_p99_spread_pct": _pct(s), "within_noise": within_noise(x, limit, s)}
-    return _v("mlx-stall-free-itl", None if not math.isfinite(x) else x <= limit, measured,
+    return decided("mlx-stall-free-itl", None if not math.isfinite(x) else x <= limit, measured,
               f"reproduced when stall_free's chat ITL p99 (token_budget {b}, its decode and chunk in one packed forward "
               f"where the model fuses) is at most {limit:g}x the chat's solo ITL p50 while one long prompt prefills; "
               f"not reproduced otherwise.",
@@ -258,7 +247,7 @@ def overlap(r: _Result) -> dict:
                         long_ttft_s=finite_or_none(r.get(key, "long_ttft_s")), itl_p99_ms=to_ms(p99[best]),
                         ttft_spread_pct=_pct(s), within_noise=any(near) if near else None)
         ok = None if not all_finite(tx, ix) else (tx <= ttft_lim and ix <= itl_lim)
-    return _v("mlx-overlap", ok, measured,
+    return decided("mlx-overlap", ok, measured,
               f"at overlap's best chunk size (the lowest TTFT among sizes whose chat ITL p99 is at most {itl_lim:g}x "
               f"solo, else the lowest ITL p99): reproduced when the long prompt's TTFT is at most {ttft_lim:g}x its "
               f"TTFT alone at chunk {REFERENCE_CHUNK} and the chat's ITL p99 at most {itl_lim:g}x its solo ITL; "
@@ -302,7 +291,7 @@ def gate_vs_stall_free(r: _Result) -> dict:
         why = ("this file predates the equal-prompt gate run (contended/admission_gate/c*): its gate runs drew "
                "their prompt from the long-prompt range while stall_free prefilled the longest, so their TTFTs do "
                "not compare; itl_p99_ratio_x compares the chats only")
-    return _v("s001-gate-vs-stall-free", ok, measured,
+    return decided("s001-gate-vs-stall-free", ok, measured,
               f"the admission gate at chunk {b} against stall_free at token budget {b}, each with one chat beside the "
               f"same long prompt: reproduced (the gate approximates stall-free batching) when the gate's chat ITL p99 "
               f"is at most {GATE_ITL_X:g}x stall_free's and its long-prompt TTFT at most {GATE_TTFT_X:g}x "
