@@ -4,6 +4,8 @@ from __future__ import annotations
 
 import argparse
 import json
+import sys
+from pathlib import Path
 
 from mlxlab.cli.common import add_model_arguments, positive_int
 
@@ -53,6 +55,36 @@ def register(sub: argparse._SubParsersAction) -> None:
     sp.add_argument("--port", type=positive_int, default=8000, help="port to listen on")
     sp.add_argument("--log-level", default="info", help="uvicorn's log level")
     sp.set_defaults(func=cli_serve)
+    register_export(sub)
+
+
+def register_export(sub: argparse._SubParsersAction) -> None:
+    """Add ``export-model`` (a preset as an mlx-lm model directory both servers load) to ``mlxlab``."""
+    ep = sub.add_parser("export-model", help="a preset as an mlx-lm model directory with an offline character tokenizer",
+                        description="Save a preset's seeded random weights (quantized with --bits) as an mlx-lm model "
+                                    "directory (config.json, model.safetensors) with a tokenizer in which every ASCII "
+                                    "character is one token, so mlx_lm.server, mlx_lm.generate and mlxlab serve load "
+                                    "the same model offline and a document of N characters is N tokens on each.")
+    ep.add_argument("preset", help="a preset name (mlxlab.core.presets.available_presets())")
+    ep.add_argument("--out", type=Path, required=True, help="the new model directory (must not hold files)")
+    ep.add_argument("--bits", type=int, default=None, help="quantize weights to this many bits (e.g. 4)")
+    ep.add_argument("--dtype", default=None, help="float32 / bfloat16 / float16 (default: by device)")
+    ep.add_argument("--seed", type=int, default=0, help="seed of the random weights")
+    ep.add_argument("--overwrite", action="store_true", help="write into a folder that already holds files")
+    ep.set_defaults(func=cli_export_model)
+
+
+def cli_export_model(args: argparse.Namespace) -> int:
+    from mlxlab.engine.export import export_model
+
+    try:
+        out = export_model(args.preset, args.out, bits=args.bits, dtype=args.dtype, seed=args.seed,
+                           overwrite=args.overwrite)
+    except (ValueError, FileExistsError) as e:
+        print(f"mlxlab export-model: {e}", file=sys.stderr)
+        return 2
+    print(f"wrote {out}: load it with mlx_lm.server --model {out}, or mlxlab serve --model {out}")
+    return 0
 
 
 def register_bench(bsub: argparse._SubParsersAction) -> None:
