@@ -7,7 +7,7 @@ import json
 import sys
 from pathlib import Path
 
-from mlxlab.cli.common import add_model_arguments, positive_int
+from mlxlab.cli.common import add_model_arguments, add_save_argument, positive_int
 
 SERVE_HELP = """\
 Serve one model over an OpenAI-compatible HTTP API: /v1/models, /v1/completions,
@@ -105,6 +105,55 @@ def register_bench(bsub: argparse._SubParsersAction) -> None:
                     help="decide the verdicts of a saved serve_overhead.json again, in place (nothing is run), and stop")
     add_save_argument(bs)
     bs.set_defaults(func=cli_bench_serve)
+    register_bench_http(bsub)
+
+
+def register_bench_http(bsub: argparse._SubParsersAction) -> None:
+    """Add ``bench http`` (mlxlab serve against mlx_lm.server over HTTP) to ``mlxlab bench``."""
+    bh = bsub.add_parser("http", help="mlxlab serve against mlx_lm.server over HTTP: a chat beside document clients",
+                         description="Serve one model directory (mlxlab export-model) with mlx_lm.server and with "
+                                     "mlxlab serve under each --policies, one server at a time on loopback, and run "
+                                     "the seed-001 scene with real HTTP clients: a streaming chat alone, then beside "
+                                     "--workers clients posting documents back to back (mlxlab.studies.serving.against).")
+    bh.add_argument("--model-dir", required=True, help="a model directory both servers load (mlxlab export-model)")
+    bh.add_argument("--policies", nargs="+", default=["slo", "interleave"], help="mlxlab serve's policies to run")
+    bh.add_argument("--workers", type=positive_int, default=4, help="document clients posting back to back")
+    bh.add_argument("--chat-chars", type=positive_int, default=1500, help="the chat's prompt (characters = tokens)")
+    bh.add_argument("--chat-tokens", type=positive_int, default=300, help="tokens the chat streams")
+    bh.add_argument("--doc-chars", type=positive_int, default=16000, help="each document's prompt (characters = tokens)")
+    bh.add_argument("--doc-tokens", type=positive_int, default=8, help="tokens each document asks for")
+    bh.add_argument("--repeats", type=positive_int, default=2, help="scenes per server after its warm-up round")
+    bh.add_argument("--prefill-step", type=positive_int, default=2048,
+                    help="mlx_lm.server's --prefill-step-size and mlxlab serve's --chunk-size")
+    bh.add_argument("--platform", default=None, help="results folder name (default: detected)")
+    bh.add_argument("--name", default="serve_http", help="results file name")
+    add_save_argument(bh)
+    bh.set_defaults(func=cli_bench_http)
+
+
+def cli_bench_http(args: argparse.Namespace) -> int:
+    from mlxlab.core.environment import platform_name
+    from mlxlab.core.results import run_folder, save_results
+    from mlxlab.studies.serving.against import against_mlx_lm, against_verdicts
+
+    if not Path(args.model_dir).is_dir():
+        print(f"mlxlab bench http: no model directory {args.model_dir}: make one with mlxlab export-model PRESET "
+              f"--out DIR", file=sys.stderr)
+        return 2
+    plat = args.platform or platform_name()
+    folder = run_folder(plat, args.save)
+    res = against_mlx_lm(str(args.model_dir), policies=args.policies, workers=args.workers, chat_chars=args.chat_chars,
+                         chat_tokens=args.chat_tokens, doc_chars=args.doc_chars, doc_tokens=args.doc_tokens,
+                         repeats=args.repeats, prefill_step=args.prefill_step, log_dir=str(folder))
+    vs = against_verdicts(res)
+    params = {k: getattr(args, k) for k in ("policies", "workers", "chat_chars", "chat_tokens", "doc_chars",
+                                            "doc_tokens", "repeats", "prefill_step")}
+    path = save_results(args.name, res, platform=plat, folder=folder, verdicts=vs,
+                        parameters={**params, "model_dir": Path(args.model_dir).name})
+    for v in vs:
+        print(f"[{v['verdict']}] {v['claim']}: {v['measured']}")
+    print(f"wrote {path}")
+    return 0
 
 
 def cli_bench_serve(args: argparse.Namespace) -> int:

@@ -207,6 +207,11 @@ def serve_verdicts(presets: Dict[str, dict]) -> List[dict]:
 def decide_stored(doc: dict, path=None) -> List[dict]:
     """The verdicts of a saved ``serve_overhead.json`` (:class:`~mlxlab.studies.base.Study`'s
     ``decide``), from its stored summaries; nothing is re-run."""
+    if "servers" in doc:  # mlxlab bench http
+        from mlxlab.studies.serving.against import against_verdicts
+
+        return against_verdicts(doc)
     if "presets" not in doc:
-        raise ValueError(f"{path or 'this document'} is not a serve-overhead result (no presets)")
+        raise ValueError(f"{path or 'this document'} is not a serve-overhead or bench-http result (no presets, "
+                         "no servers)")
     return serve_verdicts(doc["presets"])

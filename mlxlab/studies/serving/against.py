@@ -1,0 +1,314 @@
+"""``mlxlab serve`` against ``mlx_lm.server`` over HTTP: the seed-001 scene, each server in a
+process of its own on the same model directory (``mlxlab bench http``).
+
+A model directory both servers load (``mlxlab export-model``: one token per ASCII character, so
+a prompt of N characters is N tokens on both) is served by one server at a time on loopback. For
+each: a warm-up round, then per repeat a streaming chat alone (its solo ITL), and the same chat
+while ``workers`` clients post documents back to back (each a streaming completion, so its first
+token time is seen). Each SSE chunk is stamped as it arrives; its text length is its number of
+tokens (the character tokenizer), so a chunk carrying several tokens counts them all and its gap
+is split evenly between them, as the client saw them arrive together. Per server: the chat's ITL
+p50/p99/max alone and under the documents, its tokens per second during them, documents finished
+per minute, document TTFT p50/p90, tokens per chunk and errors. Every server process is stopped
+by its own id, also when a run fails. Importing this module loads no MLX.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import socket
+import statistics
+import subprocess
+import sys
+import threading
+import time
+from typing import Dict, List, Optional, Sequence
+
+import numpy as np
+
+#: the servers this study can start, and how (``{model}``, ``{port}`` and options filled in)
+SERVERS = ("mlx-lm", "mlxlab")
+STARTUP_S = 600.0  # loading and warming a model may take this long before the server answers
+
+
+def _free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def server_command(kind: str, model_dir: str, port: int, *, policy: str = "slo", prefill_step: int = 2048,
+                   options: Sequence[str] = ()) -> List[str]:
+    """The command line that serves ``model_dir`` on ``port``: ``mlx_lm.server`` with its prefill
+    step set to ``prefill_step`` (the one knob the two share), or ``mlxlab serve`` with ``policy``
+    and the same chunk size."""
+    if kind == "mlx-lm":
+        return [sys.executable, "-m", "mlx_lm.server", "--model", model_dir, "--host", "127.0.0.1", "--port",
+                str(port), "--prefill-step-size", str(prefill_step)]
+    if kind == "mlxlab":
+        cmd = [sys.executable, "-m", "mlxlab.cli", "serve", "--model", model_dir, "--host", "127.0.0.1", "--port",
+               str(port), "--policy", policy, "--chunk-size", str(prefill_step), "--log-level", "warning"]
+        for o in options:
+            cmd += ["--policy-option", o]
+        return cmd
+    raise ValueError(f"unknown server {kind!r}: choose from {SERVERS}")
+
+
+class Server:
+    """One server process, started and stopped by its id (``with Server(...) as url``)."""
+
+    def __init__(self, cmd: List[str], port: int, log_path: str):
+        self.cmd, self.port, self.log_path, self.proc = cmd, port, log_path, None
+
+    def __enter__(self) -> str:
+        import httpx
+
+        self._log = open(self.log_path, "w")
+        self.proc = subprocess.Popen(self.cmd, stdout=self._log, stderr=subprocess.STDOUT, start_new_session=True)
+        url, t0 = f"http://127.0.0.1:{self.port}", time.perf_counter()
+        while time.perf_counter() - t0 < STARTUP_S:
+            if self.proc.poll() is not None:
+                raise RuntimeError(f"the server exited (code {self.proc.returncode}) before answering; its log: "
+                                   f"{open(self.log_path).read()[-2000:]}")
+            try:
+                if httpx.get(url + "/v1/models", timeout=2.0).status_code == 200:
+                    return url
+            except httpx.HTTPError:
+                pass
+            time.sleep(0.5)
+        raise RuntimeError(f"the server did not answer on {url} within {STARTUP_S:.0f} s")
+
+    def __exit__(self, *exc) -> None:
+        if self.proc is not None and self.proc.poll() is None:
+            os.killpg(self.proc.pid, signal.SIGTERM)  # its own session: the server and any child it started
+            try:
+                self.proc.wait(timeout=20)
+            except subprocess.TimeoutExpired:
+                os.killpg(self.proc.pid, signal.SIGKILL)
+                self.proc.wait(timeout=20)
+        self._log.close()
+
+
+def stream(client, url: str, model: str, prompt: str, max_tokens: int) -> Dict:
+    """One streaming completion: ``sent``, per chunk its arrival and token count, ``error``."""
+    body = {"model": model, "prompt": prompt, "max_tokens": max_tokens, "stream": True, "temperature": 0.0}
+    out = {"sent": time.perf_counter(), "arrivals": [], "tokens": [], "error": None}
+    try:
+        with client.stream("POST", url + "/v1/completions", json=body) as r:
+            if r.status_code != 200:
+                out["error"] = f"HTTP {r.status_code}: {r.read()[:200]!r}"
+                return out
+            for line in r.iter_lines():
+                if not line.startswith("data:") or line.strip() == "data: [DONE]":
+                    continue
+                text = json.loads(line[5:])["choices"][0].get("text") or ""
+                if text:
+                    out["arrivals"].append(time.perf_counter())
+                    out["tokens"].append(len(text))
+    except Exception as e:  # noqa: BLE001 - a failed request is a measured outcome, kept with its reason
+        out["error"] = f"{type(e).__name__}: {e}"
+    return out
+
+
+def token_gaps(run: Dict) -> List[float]:
+    """The gaps between tokens as the client saw them: each chunk's gap split evenly over its tokens."""
+    gaps, prev = [], None
+    for t, n in zip(run["arrivals"], run["tokens"]):
+        if prev is not None:
+            gaps += [(t - prev) / n] * n
+        prev = t
+    return gaps
+
+
+def _pct(xs: Sequence[float], p: float) -> Optional[float]:
+    return float(np.percentile(xs, p)) if len(xs) else None
+
+
+def _document_worker(client, url, model, doc: str, doc_tokens: int, stop: threading.Event, out: List[Dict]) -> None:
+    while not stop.is_set():
+        r = stream(client, url, model, doc, doc_tokens)
+        r["done"] = time.perf_counter()
+        out.append(r)
+
+
+def scene(url: str, model: str, *, chat: str, chat_tokens: int, doc: str, doc_tokens: int, workers: int,
+          lead_s: float = 1.0) -> Dict:
+    """The chat alone, then beside ``workers`` document clients (started ``lead_s`` before it)."""
+    import httpx
+
+    with httpx.Client(timeout=STARTUP_S) as client:
+        solo = stream(client, url, model, chat, chat_tokens)
+        stop, docs = threading.Event(), []
+        threads = [threading.Thread(target=_document_worker, args=(client, url, model, doc, doc_tokens, stop, docs),
+                                    daemon=True) for _ in range(workers)]
+        for t in threads:
+            t.start()
+        time.sleep(lead_s)
+        together = stream(client, url, model, chat, chat_tokens)
+        stop.set()
+        for t in threads:
+            t.join(timeout=STARTUP_S)
+    return _figures(solo, together, docs)
+
+
+def _figures(solo: Dict, together: Dict, docs: List[Dict]) -> Dict:
+    g_solo, g_tog = token_gaps(solo), token_gaps(together)
+    start = together["arrivals"][0] if together["arrivals"] else together["sent"]
+    end = together["arrivals"][-1] if together["arrivals"] else start
+    span = max(end - start, 1e-9)
+    finished = [d for d in docs if not d["error"] and start <= d["done"] <= end]
+    ttft = [d["arrivals"][0] - d["sent"] for d in docs if d["arrivals"]]
+    chunks = together["tokens"] or [0]
+    return {"solo_itl_p50_ms": _ms(_pct(g_solo, 50)), "solo_itl_p99_ms": _ms(_pct(g_solo, 99)),
+            "chat_itl_p50_ms": _ms(_pct(g_tog, 50)), "chat_itl_p99_ms": _ms(_pct(g_tog, 99)),
+            "chat_itl_max_ms": _ms(max(g_tog) if g_tog else None),
+            "chat_tok_s_during": (sum(together["tokens"]) - together["tokens"][0]) / span if together["tokens"] else None,
+            "docs_per_min": 60.0 * len(finished) / span, "docs_finished": len(finished), "docs_started": len(docs),
+            "doc_ttft_p50_s": _pct(ttft, 50), "doc_ttft_p90_s": _pct(ttft, 90),
+            "tokens_per_chunk": statistics.mean(chunks), "errors": [d["error"] for d in [solo, together, *docs]
+                                                                   if d["error"]][:5]}
+
+
+def _ms(x) -> Optional[float]:
+    return None if x is None else 1e3 * x
+
+
+def summarize(runs: List[Dict]) -> Dict:
+    """Per figure the median over the repeats with its min and max."""
+    out = {}
+    for k in runs[0]:
+        vals = [r[k] for r in runs if isinstance(r.get(k), (int, float)) and r.get(k) is not None]
+        if vals and k != "errors":
+            out[k] = {"median": statistics.median(vals), "min": min(vals), "max": max(vals), "n": len(vals)}
+    out["errors"] = sorted({e for r in runs for e in r.get("errors", [])})
+    return out
+
+
+def against_mlx_lm(model_dir: str, *, policies: Sequence[str] = ("slo",), workers: int = 4, chat_chars: int = 1500,
+                   chat_tokens: int = 300, doc_chars: int = 16000, doc_tokens: int = 8, repeats: int = 2,
+                   prefill_step: int = 2048, log_dir: str = ".", progress: bool = True) -> Dict:
+    """The scene on ``mlx_lm.server`` and on ``mlxlab serve`` under each of ``policies``, one server
+    at a time, each with a warm-up round (a shorter scene) first. Returns per server the runs,
+    their summary and its command line."""
+    rng = np.random.default_rng(0)
+    letters = np.array(list("abcdefghijklmnopqrstuvwxyz     "))
+    chat, doc = "".join(rng.choice(letters, chat_chars)), "".join(rng.choice(letters, doc_chars))
+    name = os.path.basename(os.path.normpath(model_dir))
+    out = {}
+    for kind, policy in [("mlx-lm", None)] + [("mlxlab", p) for p in policies]:
+        label = "mlx_lm.server" if kind == "mlx-lm" else f"mlxlab {policy}"
+        port = _free_port()
+        cmd = server_command(kind, model_dir, port, policy=policy or "slo", prefill_step=prefill_step)
+        with Server(cmd, port, os.path.join(log_dir, f"server_{label.replace(' ', '_')}.log")) as url:
+            model = model_dir  # both servers name the model by its directory
+            scene(url, model, chat=chat[:200], chat_tokens=16, doc=doc[:1000], doc_tokens=2, workers=workers)  # warm-up
+            runs = []
+            for r in range(repeats):
+                runs.append(scene(url, model, chat=chat, chat_tokens=chat_tokens, doc=doc, doc_tokens=doc_tokens,
+                                  workers=workers))
+                if progress:
+                    x = runs[-1]
+                    print(f"[bench http] {label} repeat {r + 1}/{repeats}: chat ITL p99 solo "
+                          f"{x['solo_itl_p99_ms'] or float('nan'):.1f} ms, beside {workers} documents "
+                          f"{x['chat_itl_p99_ms'] or float('nan'):.1f} ms; {x['docs_per_min']:.1f} documents/min",
+                          flush=True)
+        out[label] = {"runs": runs, "summary": summarize(runs), "command": [os.path.basename(cmd[0])] + cmd[1:],
+                      "model_name": name}
+    return {"servers": out, "config": {"model_dir": name, "policies": list(policies), "workers": workers,
+                                       "chat_chars": chat_chars, "chat_tokens": chat_tokens, "doc_chars": doc_chars,
+                                       "doc_tokens": doc_tokens, "repeats": repeats, "prefill_step": prefill_step,
+                                       "tokenizer": "one token per ASCII character (mlxlab export-model)"}}
+
+
+# ----------------------------------------------------------------------------- verdicts
+ITL_X = 2.0  # the chat's ITL p99 beside the documents over its solo p99, at most
+THROUGHPUT_SHARE = 0.9  # ... at no less than this share of the best documents/min any server reached
+
+
+def _fig(s: Dict, k: str, which: str = "median") -> float:
+    v = (s.get(k) or {}).get(which)
+    return float("nan") if v is None else float(v)
+
+
+def _mlxlab(servers: Dict) -> Dict[str, Dict]:
+    return {k: v["summary"] for k, v in servers.items() if k.startswith("mlxlab")}
+
+
+def _fair(doc: Dict) -> str:
+    c = doc.get("config", {})
+    return (f"Both servers on the same model directory ({c.get('model_dir')}, one token per character, so a "
+            f"{c.get('doc_chars')}-character document is that many tokens on each), one at a time on loopback, the "
+            f"same prefill step ({c.get('prefill_step')}) where mlx_lm.server takes one; {c.get('workers')} document "
+            f"clients posting back to back beside a {c.get('chat_chars')}-token chat streaming {c.get('chat_tokens')} "
+            f"tokens; {c.get('repeats')} repeat(s) after a warm-up round, min and max over them kept. What is not "
+            f"matched: mlx_lm.server batches prompts its own way (--prompt-concurrency, its prompt cache), mlxlab by "
+            f"its policy.")
+
+
+def throughput_verdict(doc: Dict) -> Dict:
+    """``mlx-serve-vs-mlxlm-throughput``: mlxlab's best policy finishes at least as many documents
+    per minute as mlx_lm.server beside the same chat; inconclusive where their repeats overlap."""
+    from mlxlab.core.claims import verdict
+
+    servers = doc.get("servers") or {}
+    ref = (servers.get("mlx_lm.server") or {}).get("summary")
+    ours = _mlxlab(servers)
+    rule = ("Documents finished per minute while the chat streams, median over repeats: mlxlab's best policy "
+            "against mlx_lm.server. Reproduced when its median is at least mlx_lm.server's and its lowest repeat "
+            "above mlx_lm.server's highest; not reproduced when its highest repeat is below mlx_lm.server's "
+            "lowest; inconclusive when the repeats overlap.")
+    if not ref or not ours:
+        return verdict("mlx-serve-vs-mlxlm-throughput", "not measured", measured=None, rule=rule, fairness=_fair(doc))
+    best = max(ours, key=lambda k: _fig(ours[k], "docs_per_min"))
+    b, r = ours[best], ref
+    measured = {"best_policy": best, "docs_per_min_mlxlab": _fig(b, "docs_per_min"),
+                "docs_per_min_mlx_lm": _fig(r, "docs_per_min"),
+                "ratio_x": _fig(b, "docs_per_min") / _fig(r, "docs_per_min") if _fig(r, "docs_per_min") else None,
+                "doc_ttft_p50_s_mlxlab": _fig(b, "doc_ttft_p50_s"), "doc_ttft_p50_s_mlx_lm": _fig(r, "doc_ttft_p50_s")}
+    if _fig(b, "docs_per_min", "max") < _fig(r, "docs_per_min", "min"):
+        v = "not reproduced"
+    elif _fig(b, "docs_per_min", "min") > _fig(r, "docs_per_min", "max"):
+        v = "reproduced"
+    else:
+        v = "inconclusive"
+    measured["within_noise"] = v == "inconclusive"
+    return verdict("mlx-serve-vs-mlxlm-throughput", v, measured=measured, rule=rule, fairness=_fair(doc))
+
+
+def chat_verdict(doc: Dict) -> Dict:
+    """``mlx-serve-chat-itl``: over HTTP, an mlxlab policy keeps the chat's ITL p99 within ITL_X of
+    its solo p99 beside the documents while finishing at least THROUGHPUT_SHARE of the best
+    documents/min any server reached."""
+    from mlxlab.core.claims import verdict
+
+    servers = doc.get("servers") or {}
+    ours = _mlxlab(servers)
+    rule = (f"Per mlxlab policy, the chat's ITL p99 beside the documents over its solo ITL p99 (medians over "
+            f"repeats), among the policies finishing at least {THROUGHPUT_SHARE:.0%} of the best documents/min any "
+            f"server reached (mlx_lm.server's included). Reproduced when one has a ratio of at most {ITL_X:g} in "
+            f"every repeat; inconclusive when the best one's repeats straddle {ITL_X:g}; not reproduced otherwise.")
+    if not ours:
+        return verdict("mlx-serve-chat-itl", "not measured", measured=None, rule=rule, fairness=_fair(doc))
+    top = max(_fig(v["summary"], "docs_per_min") for v in servers.values())
+    ratios = {}
+    for k, s in ours.items():
+        runs = [r for r in servers[k]["runs"] if r.get("chat_itl_p99_ms") and r.get("solo_itl_p99_ms")]
+        ratios[k] = [r["chat_itl_p99_ms"] / r["solo_itl_p99_ms"] for r in runs]
+    eligible = {k: x for k, x in ratios.items() if x and _fig(ours[k], "docs_per_min") >= THROUGHPUT_SHARE * top}
+    measured = {"itl_p99_over_solo_x": {k: statistics.median(x) for k, x in ratios.items() if x},
+                "docs_per_min": {k: _fig(v["summary"], "docs_per_min") for k, v in servers.items()},
+                "eligible": sorted(eligible)}
+    if not eligible:
+        return verdict("mlx-serve-chat-itl", "not reproduced", measured=measured, fairness=_fair(doc),
+                       rule=rule + f" No mlxlab policy reached {THROUGHPUT_SHARE:.0%} of the best documents/min.")
+    best = min(eligible, key=lambda k: statistics.median(eligible[k]))
+    x = eligible[best]
+    v = "reproduced" if max(x) <= ITL_X else ("inconclusive" if min(x) <= ITL_X else "not reproduced")
+    measured.update(best_policy=best, best_ratio_min_x=min(x), best_ratio_max_x=max(x), within_noise=v == "inconclusive")
+    return verdict("mlx-serve-chat-itl", v, measured=measured, rule=rule, fairness=_fair(doc))
+
+
+def against_verdicts(doc: Dict) -> List[Dict]:
+    return [throughput_verdict(doc), chat_verdict(doc)]

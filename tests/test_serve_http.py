@@ -1,0 +1,71 @@
+"""``mlxlab bench http`` (mlxlab.studies.serving.against): mlxlab serve against mlx_lm.server over
+HTTP on one exported model directory; the verdicts' edges, token gaps as the client saw them, and
+one short end-to-end run whose server processes are gone afterwards."""
+
+import json
+import os
+import shutil
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from mlxlab.studies.serving.against import against_verdicts, token_gaps
+
+
+def _server(docs, itl_runs, solo=10.0):
+    runs = [{"chat_itl_p99_ms": x, "solo_itl_p99_ms": solo} for x in itl_runs]
+    return {"runs": runs, "summary": {"docs_per_min": {"median": sorted(docs)[len(docs) // 2], "min": min(docs),
+                                                        "max": max(docs)}}}
+
+
+def _doc(**servers):
+    return {"servers": servers, "config": {"model_dir": "m", "workers": 4, "doc_chars": 100, "chat_chars": 10,
+                                           "chat_tokens": 5, "repeats": 2, "prefill_step": 64}}
+
+
+def test_a_chunk_of_several_tokens_splits_its_gap_evenly():
+    assert token_gaps({"arrivals": [0.0, 0.1, 0.4], "tokens": [1, 1, 3]}) == pytest.approx([0.1, 0.1, 0.1, 0.1])
+
+
+def test_throughput_needs_the_repeats_apart_and_chat_itl_needs_enough_documents():
+    ref = _server([50, 60], [100, 110])
+    v = {r["claim"]: r for r in against_verdicts(_doc(**{"mlx_lm.server": ref,
+                                                        "mlxlab slo": _server([120, 130], [15, 18])}))}
+    assert v["mlx-serve-vs-mlxlm-throughput"]["verdict"] == "reproduced"
+    assert v["mlx-serve-chat-itl"]["verdict"] == "reproduced" and v["mlx-serve-chat-itl"]["measured"]["best_policy"] == "mlxlab slo"
+    v = {r["claim"]: r for r in against_verdicts(_doc(**{"mlx_lm.server": ref,
+                                                        "mlxlab slo": _server([55, 65], [15, 25])}))}
+    assert v["mlx-serve-vs-mlxlm-throughput"]["verdict"] == "inconclusive"  # the repeats overlap
+    assert v["mlx-serve-chat-itl"]["verdict"] == "inconclusive"  # 1.5x and 2.5x: straddles 2x
+    # a calm chat on a policy that starves the documents does not count
+    v = {r["claim"]: r for r in against_verdicts(_doc(**{"mlx_lm.server": ref,
+                                                        "mlxlab slo": _server([10, 12], [12, 13])}))}
+    assert v["mlx-serve-vs-mlxlm-throughput"]["verdict"] == "not reproduced"
+    assert v["mlx-serve-chat-itl"]["verdict"] == "not reproduced" and v["mlx-serve-chat-itl"]["measured"]["eligible"] == []
+
+
+def test_bench_http_runs_both_servers_and_leaves_no_process_behind(tmp_path):
+    data = Path(__file__).resolve().parent.parent / "data"
+    shutil.copytree(data / "models", tmp_path / "data" / "models")
+    shutil.copytree(data / "claims", tmp_path / "data" / "claims")
+    env = {**os.environ, "MLXLAB_DATA": str(tmp_path / "data")}  # results land in tmp_path, not the checkout
+    model = tmp_path / "tiny"
+    run = [sys.executable, "-m", "mlxlab.cli"]
+    assert subprocess.run(run + ["export-model", "tiny", "--dtype", "float32", "--out", str(model)],
+                          capture_output=True, timeout=300, env=env).returncode == 0
+    out = subprocess.run(run + ["bench", "http", "--model-dir", str(model), "--policies", "interleave", "--workers", "1",
+                                "--chat-chars", "64", "--chat-tokens", "24", "--doc-chars", "256", "--doc-tokens", "2",
+                                "--repeats", "1", "--prefill-step", "64", "--platform", "scratch"],
+                         capture_output=True, text=True, timeout=600, cwd=tmp_path, env=env)
+    assert out.returncode == 0, out.stderr[-2000:]
+    path = out.stdout.strip().splitlines()[-1].removeprefix("wrote ")
+    assert str(tmp_path) in path
+    doc = json.loads(open(path).read())
+    assert set(doc["servers"]) == {"mlx_lm.server", "mlxlab interleave"}
+    for s in doc["servers"].values():
+        assert s["summary"]["solo_itl_p99_ms"]["median"] > 0 and not s["summary"]["errors"]
+    assert {v["claim"] for v in doc["verdicts"]} == {"mlx-serve-vs-mlxlm-throughput", "mlx-serve-chat-itl"}
+    left = subprocess.run(["pgrep", "-f", f"--model {model}"], capture_output=True, text=True)
+    assert left.stdout.strip() == ""  # every server process was stopped by its id
