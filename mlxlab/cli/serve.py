@@ -140,11 +140,15 @@ def cli_bench_http(args: argparse.Namespace) -> int:
         print(f"mlxlab bench http: no model directory {args.model_dir}: make one with mlxlab export-model PRESET "
               f"--out DIR", file=sys.stderr)
         return 2
+    import signal
+
+    signal.signal(signal.SIGTERM, lambda *_: sys.exit(143))  # stopped from outside: still stop the servers it started
     plat = args.platform or platform_name()
-    folder = run_folder(plat, args.save)
+    logs = run_folder(plat, False)  # the servers' logs: always in an ignored run folder, never the committed results
     res = against_mlx_lm(str(args.model_dir), policies=args.policies, workers=args.workers, chat_chars=args.chat_chars,
                          chat_tokens=args.chat_tokens, doc_chars=args.doc_chars, doc_tokens=args.doc_tokens,
-                         repeats=args.repeats, prefill_step=args.prefill_step, log_dir=str(folder))
+                         repeats=args.repeats, prefill_step=args.prefill_step, log_dir=str(logs))
+    folder = logs if not args.save else run_folder(plat, True)
     vs = against_verdicts(res)
     params = {k: getattr(args, k) for k in ("policies", "workers", "chat_chars", "chat_tokens", "doc_chars",
                                             "doc_tokens", "repeats", "prefill_step")}
@@ -152,6 +156,7 @@ def cli_bench_http(args: argparse.Namespace) -> int:
                         parameters={**params, "model_dir": Path(args.model_dir).name})
     for v in vs:
         print(f"[{v['verdict']}] {v['claim']}: {v['measured']}")
+    print(f"server logs in {logs}")
     print(f"wrote {path}")
     return 0
 

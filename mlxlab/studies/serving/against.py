@@ -126,27 +126,42 @@ def _pct(xs: Sequence[float], p: float) -> Optional[float]:
     return float(np.percentile(xs, p)) if len(xs) else None
 
 
-def _document_worker(client, url, model, doc: str, doc_tokens: int, stop: threading.Event, out: List[Dict]) -> None:
+_LETTERS = "abcdefghijklmnopqrstuvwxyz     "
+
+
+def text(chars: int, rng) -> str:
+    """A fresh random text of ``chars`` characters (as many tokens): every prompt differs, so no
+    server's prompt cache serves one from an earlier request."""
+    return "".join(rng.choice(_LETTERS) for _ in range(chars))
+
+
+def _document_worker(client, url, model, doc_chars: int, doc_tokens: int, stop: threading.Event, out: List[Dict],
+                     rng) -> None:
     while not stop.is_set():
-        r = stream(client, url, model, doc, doc_tokens)
+        r = stream(client, url, model, text(doc_chars, rng), doc_tokens)
         r["done"] = time.perf_counter()
         out.append(r)
 
 
-def scene(url: str, model: str, *, chat: str, chat_tokens: int, doc: str, doc_tokens: int, workers: int,
-          lead_s: float = 1.0) -> Dict:
-    """The chat alone, then beside ``workers`` document clients (started ``lead_s`` before it)."""
+def scene(url: str, model: str, *, chat_chars: int, chat_tokens: int, doc_chars: int, doc_tokens: int, workers: int,
+          seed: int = 0, lead_s: float = 1.0) -> Dict:
+    """The chat alone, then beside ``workers`` document clients (started ``lead_s`` before it);
+    every prompt a fresh random text (:func:`text`), the same ones for every server at one ``seed``."""
+    import random
+
     import httpx
 
+    rng = random.Random(f"scene {seed}")
     with httpx.Client(timeout=STARTUP_S) as client:
-        solo = stream(client, url, model, chat, chat_tokens)
+        solo = stream(client, url, model, text(chat_chars, rng), chat_tokens)
         stop, docs = threading.Event(), []
-        threads = [threading.Thread(target=_document_worker, args=(client, url, model, doc, doc_tokens, stop, docs),
-                                    daemon=True) for _ in range(workers)]
+        threads = [threading.Thread(target=_document_worker, daemon=True,
+                                    args=(client, url, model, doc_chars, doc_tokens, stop, docs,
+                                          random.Random(f"documents {seed} {w}"))) for w in range(workers)]
         for t in threads:
             t.start()
         time.sleep(lead_s)
-        together = stream(client, url, model, chat, chat_tokens)
+        together = stream(client, url, model, text(chat_chars, rng), chat_tokens)
         stop.set()
         for t in threads:
             t.join(timeout=STARTUP_S)
@@ -190,11 +205,9 @@ def against_mlx_lm(model_dir: str, *, policies: Sequence[str] = ("slo",), worker
                    chat_tokens: int = 300, doc_chars: int = 16000, doc_tokens: int = 8, repeats: int = 2,
                    prefill_step: int = 2048, log_dir: str = ".", progress: bool = True) -> Dict:
     """The scene on ``mlx_lm.server`` and on ``mlxlab serve`` under each of ``policies``, one server
-    at a time, each with a warm-up round (a shorter scene) first. Returns per server the runs,
+    at a time, each with a warm-up round (a shorter scene) first. Every prompt is a fresh random text, the same
+    ones on every server, so no prompt cache serves a document (mlx_lm.server keeps one). Returns per server the runs,
     their summary and its command line."""
-    rng = np.random.default_rng(0)
-    letters = np.array(list("abcdefghijklmnopqrstuvwxyz     "))
-    chat, doc = "".join(rng.choice(letters, chat_chars)), "".join(rng.choice(letters, doc_chars))
     name = os.path.basename(os.path.normpath(model_dir))
     out = {}
     for kind, policy in [("mlx-lm", None)] + [("mlxlab", p) for p in policies]:
@@ -203,11 +216,12 @@ def against_mlx_lm(model_dir: str, *, policies: Sequence[str] = ("slo",), worker
         cmd = server_command(kind, model_dir, port, policy=policy or "slo", prefill_step=prefill_step)
         with Server(cmd, port, os.path.join(log_dir, f"server_{label.replace(' ', '_')}.log")) as url:
             model = model_dir  # both servers name the model by its directory
-            scene(url, model, chat=chat[:200], chat_tokens=16, doc=doc[:1000], doc_tokens=2, workers=workers)  # warm-up
+            scene(url, model, chat_chars=min(chat_chars, 200), chat_tokens=16, doc_chars=min(doc_chars, 1000),
+                  doc_tokens=2, workers=workers, seed=-1)  # warm-up
             runs = []
             for r in range(repeats):
-                runs.append(scene(url, model, chat=chat, chat_tokens=chat_tokens, doc=doc, doc_tokens=doc_tokens,
-                                  workers=workers))
+                runs.append(scene(url, model, chat_chars=chat_chars, chat_tokens=chat_tokens, doc_chars=doc_chars,
+                                  doc_tokens=doc_tokens, workers=workers, seed=r))
                 if progress:
                     x = runs[-1]
                     print(f"[bench http] {label} repeat {r + 1}/{repeats}: chat ITL p99 solo "
@@ -219,7 +233,8 @@ def against_mlx_lm(model_dir: str, *, policies: Sequence[str] = ("slo",), worker
     return {"servers": out, "config": {"model_dir": name, "policies": list(policies), "workers": workers,
                                        "chat_chars": chat_chars, "chat_tokens": chat_tokens, "doc_chars": doc_chars,
                                        "doc_tokens": doc_tokens, "repeats": repeats, "prefill_step": prefill_step,
-                                       "tokenizer": "one token per ASCII character (mlxlab export-model)"}}
+                                       "tokenizer": "one token per ASCII character (mlxlab export-model)",
+                                       "prompts": "fresh random text per request, the same on every server"}}
 
 
 # ----------------------------------------------------------------------------- verdicts
