@@ -150,6 +150,7 @@ def cli_bench_http(args: argparse.Namespace) -> int:
                          repeats=args.repeats, prefill_step=args.prefill_step, log_dir=str(logs))
     folder = logs if not args.save else run_folder(plat, True)
     vs = against_verdicts(res)
+    sys.argv = [Path(args.model_dir).name if a == str(args.model_dir) else a for a in sys.argv]  # stored argv: no machine path
     params = {k: getattr(args, k) for k in ("policies", "workers", "chat_chars", "chat_tokens", "doc_chars",
                                             "doc_tokens", "repeats", "prefill_step")}
     path = save_results(args.name, res, platform=plat, folder=folder, verdicts=vs,

@@ -228,7 +228,8 @@ def against_mlx_lm(model_dir: str, *, policies: Sequence[str] = ("slo",), worker
                           f"{x['solo_itl_p99_ms'] or float('nan'):.1f} ms, beside {workers} documents "
                           f"{x['chat_itl_p99_ms'] or float('nan'):.1f} ms; {x['docs_per_min']:.1f} documents/min",
                           flush=True)
-        out[label] = {"runs": runs, "summary": summarize(runs), "command": [os.path.basename(cmd[0])] + cmd[1:],
+        shown = [name if a == model_dir else a for a in cmd[1:]]  # the directory by its name: no machine paths
+        out[label] = {"runs": runs, "summary": summarize(runs), "command": [os.path.basename(cmd[0])] + shown,
                       "model_name": name}
     return {"servers": out, "config": {"model_dir": name, "policies": list(policies), "workers": workers,
                                        "chat_chars": chat_chars, "chat_tokens": chat_tokens, "doc_chars": doc_chars,
