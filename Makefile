@@ -36,7 +36,7 @@ reproduce: setup
 
 # the committed CPU benchmark (data/results/cpu/bench_engine.json), measured again and replaced
 bench: setup
-	$(RUN)$(BIN)/mlxlab bench engine --models small --repeats 7 --save
+	$(RUN)$(BIN)/mlxlab bench engine --models small --repeats 5 --save
 
 # Each notebooks/NN_x.ipynb from its plain-text source notebooks/src/NN_x.py (jupytext's percent
 # format), without outputs; the cell ids of an existing notebook are kept.

@@ -39,6 +39,17 @@
 #              tokens twice in-process (1 and 16 streams, and generate_step) on qwen2.5-0.5b (~60 s)
 #   serve      issue 18: bench serve, 3 presets, 1 and 16 streams (needs the server's wheels in .whl/:
 #              bash scripts/device_wheels.sh serve, then carry=[".mlxcuda", ".whl"])
+#   compiled   issue 35: probes/compiled_decode_probe.py per preset (plain, masked, compiled and the mask-free
+#              shapeless "prefix" step, 1,024-token context, 128 tokens, 5 repeats): whether dropping the mask
+#              keeps mlx's fused one-query attention and gives back the 26-30% the mask costs (~200 s)
+#   http       issue 36: export HTTP_MODEL (default qwen2.5-coder-1.5b) at 4 bits, then bench http on it:
+#              mlx_lm.server and mlxlab serve (slo, interleave), 4 document workers of 16,000 tokens beside a
+#              1,500-token chat streaming HTTP_CHAT_TOKENS (150), 2 repeats after a warm-up round, written as
+#              serve_http_MODEL.json (~450 s: mlx_lm.server's contended chat runs at ~0.7 s a token; one preset
+#              a call; needs .whl/ as serve)
+#
+# Left for the next GPU time (2026-12-04: no machine was lent): compiled (one call), http for
+# qwen2.5-coder-1.5b, llama-3.2-1b and qwen2.5-0.5b (three calls), then issue 39's plan below.
 #
 # The defaults are five repeats (issue 20: every timing the paper quotes), except where one call
 # cannot hold five. What was still under five on 2026-12-03, as calls of at most ~570 s (estimates
@@ -56,7 +67,7 @@
 #   --param "models=[PRESET]" --param bits=4 (cold_repeats now 5), one call per preset.
 set -uo pipefail
 cd "$(dirname "$0")/.."
-part=${1:?give a PART: engine | engine05 | sim | heldout | sched | sched_cudnn | slo | singlereq | rebatch | chunks | decodes | presize | align | limit | exit | contention | oprofile | serve | determinism}
+part=${1:?give a PART: engine | engine05 | sim | heldout | sched | sched_cudnn | slo | singlereq | rebatch | chunks | decodes | presize | align | limit | exit | contention | oprofile | serve | determinism | compiled | http}
 H="bash scripts/h200.sh"
 LOG=${OUT:-/tmp}/logs/$part.log
 MARK=$(mktemp) && touch "$MARK"
@@ -139,6 +150,18 @@ case "$part" in
   serve)
     T=${T_SERVE:-400} run $H bench serve --save --models ${SERVE_MODELS:-qwen2.5-0.5b llama-3.2-1b qwen2.5-coder-1.5b} \
       --bits 4 --streams 1 16 --prompt-tokens 1024 --max-tokens 128 --repeats ${SERVE_REPEATS:-5} ;;
+  compiled)
+    for m in ${COMPILED_MODELS:-qwen2.5-0.5b llama-3.2-1b qwen2.5-coder-1.5b}; do
+      T=${T_COMPILED:-180} run $PY -m probes.compiled_decode_probe --model "$m" --bits 4 --context 1024 --tokens 128 \
+        --repeats ${REPEATS:-5} --platform h200 --name "compiled_decode_probe_$m"
+    done ;;
+  http)
+    m=${HTTP_MODEL:-qwen2.5-coder-1.5b}
+    dir=$(mktemp -d)/$m-4bit  # the results name the directory by its last part only
+    T=120 run $H export-model "$m" --bits 4 --out "$dir"
+    T=${T_HTTP:-540} run $H bench http --save --model-dir "$dir" --policies ${HTTP_POLICIES:-slo interleave} --workers 4 \
+      --chat-chars 1500 --chat-tokens ${HTTP_CHAT_TOKENS:-150} --doc-chars 16000 --doc-tokens 8 --repeats ${HTTP_REPEATS:-2} \
+      --prefill-step 2048 --name "serve_http_$m" ;;
   *) echo "unknown PART $part" >&2; exit 2 ;;
 esac
 if [ -n "${OUT:-}" ]; then

@@ -205,8 +205,9 @@ def test_settings_resolve_by_label_or_mapping_and_unknown_labels_are_refused():
               "overlap-2048-pipelined-jobs4", "overlap-2048-pipelined-jobs16", "overlap-2048-pipelined-jobs4-pace1.6",
               "overlap-2048-pipelined-jobs4-pace2.2", "overlap-2048-jobs16", "overlap-4096-pipelined-jobs8",
               "overlap-8192-pipelined-jobs4", "slo", "slo-overlap",
-              "admission_gate"}
+              "admission_gate", "interleave-2048-compiled", "slo-compiled"}
     assert set(ct.SETTINGS) == labels
+    assert ct.SETTINGS["slo-compiled"]["compile_decode"] and not ct.SETTINGS["slo"]["compile_decode"]
     assert ct.SETTINGS["overlap-512-pipelined"]["overlap_sync"] == "pipelined"
     assert ct.learns(ct.SETTINGS["slo"]) and not ct.learns(ct.SETTINGS["stall_free-512"])
     assert not ct.learns(ct.SETTINGS["mlx_lm-2048"])

@@ -11,7 +11,7 @@ from pathlib import Path
 
 import pytest
 
-from mlxlab.studies.serving.against import against_verdicts, token_gaps
+from mlxlab.studies.serving.against import _figures, against_verdicts, token_gaps
 
 
 def _server(docs, itl_runs, solo=10.0):
@@ -27,6 +27,21 @@ def _doc(**servers):
 
 def test_a_chunk_of_several_tokens_splits_its_gap_evenly():
     assert token_gaps({"arrivals": [0.0, 0.1, 0.4], "tokens": [1, 1, 3]}) == pytest.approx([0.1, 0.1, 0.1, 0.1])
+
+
+def test_documents_are_counted_over_the_whole_window_of_chats_and_gaps_pooled_within_chats():
+    solo = {"sent": 0.0, "arrivals": [0.1, 0.2, 0.3], "tokens": [1, 1, 1], "error": None}
+    chats = [{"sent": 10.0, "arrivals": [10.5, 10.6, 10.7], "tokens": [1, 1, 1], "error": None},
+             {"sent": 11.0, "arrivals": [12.0, 12.1, 12.3, 20.0], "tokens": [1, 1, 2, 1], "error": None}]
+    docs = [{"sent": 9.0, "arrivals": [10.2], "tokens": [1], "done": 10.2, "error": None},  # done in the first chat
+            {"sent": 9.5, "arrivals": [15.0], "tokens": [1], "done": 15.0, "error": None},  # between chats' tokens
+            {"sent": 9.5, "arrivals": [], "tokens": [], "done": 25.0, "error": None},  # after the window
+            {"sent": 9.0, "arrivals": [], "tokens": [], "done": 5.0, "error": None}]  # before it
+    f = _figures(solo, chats, docs)
+    assert f["window_s"] == 10.0 and f["chats"] == 2 and f["docs_finished"] == 2 and f["docs_per_min"] == 12.0
+    # the second chat's TTFT (1 s) is no ITL gap; its 2-token chunk splits 0.2 s; its last gap is 7.7 s
+    assert f["chat_itl_max_ms"] == pytest.approx(7700.0) and f["chat_ttft_p50_ms"] == pytest.approx(750.0)
+    assert f["chat_tok_s_during"] == pytest.approx((2 + 4) / 10.0)  # tokens after each chat's first, over the window
 
 
 def test_throughput_needs_the_repeats_apart_and_chat_itl_needs_enough_documents():
@@ -57,7 +72,7 @@ def test_bench_http_runs_both_servers_and_leaves_no_process_behind(tmp_path):
                           capture_output=True, timeout=300, env=env).returncode == 0
     out = subprocess.run(run + ["bench", "http", "--model-dir", str(model), "--policies", "interleave", "--workers", "1",
                                 "--chat-chars", "64", "--chat-tokens", "24", "--doc-chars", "256", "--doc-tokens", "2",
-                                "--repeats", "1", "--prefill-step", "64", "--platform", "scratch"],
+                                "--repeats", "1", "--prefill-step", "64", "--window-s", "2", "--platform", "scratch"],
                          capture_output=True, text=True, timeout=600, cwd=tmp_path, env=env)
     assert out.returncode == 0, out.stderr[-2000:]
     path = out.stdout.strip().splitlines()[-1].removeprefix("wrote ")
@@ -66,6 +81,7 @@ def test_bench_http_runs_both_servers_and_leaves_no_process_behind(tmp_path):
     assert set(doc["servers"]) == {"mlx_lm.server", "mlxlab interleave"}
     for s in doc["servers"].values():
         assert s["summary"]["solo_itl_p99_ms"]["median"] > 0 and not s["summary"]["errors"]
+        assert s["runs"][0]["window_s"] >= 2.0  # chats one after another until the window is over
     assert {v["claim"] for v in doc["verdicts"]} == {"mlx-serve-vs-mlxlm-throughput", "mlx-serve-chat-itl"}
     left = subprocess.run(["pgrep", "-f", f"--model {model}"], capture_output=True, text=True)
     assert left.stdout.strip() == ""  # every server process was stopped by its id

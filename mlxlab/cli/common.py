@@ -17,6 +17,18 @@ def positive_int(text: str) -> int:
     return v
 
 
+def positive_float(text: str) -> float:
+    """An argparse type: a finite number above 0 (seconds, ratios), refused with a one-line message
+    otherwise."""
+    try:
+        v = float(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"must be a number, got {text!r}") from None
+    if not v > 0 or v == float("inf"):
+        raise argparse.ArgumentTypeError(f"must be a finite number above 0, got {text}")
+    return v
+
+
 def add_model_arguments(parser: argparse.ArgumentParser, default: str = "small") -> argparse.ArgumentParser:
     """``--model``, ``--bits`` and ``--dtype``, as every command and probe script that loads a
     model takes them (:func:`mlxlab.engine.models.load_model`'s arguments)."""

@@ -7,7 +7,7 @@ import json
 import sys
 from pathlib import Path
 
-from mlxlab.cli.common import add_model_arguments, add_save_argument, positive_int
+from mlxlab.cli.common import add_model_arguments, add_save_argument, positive_float, positive_int
 
 SERVE_HELP = """\
 Serve one model over an OpenAI-compatible HTTP API: /v1/models, /v1/completions,
@@ -125,6 +125,9 @@ def register_bench_http(bsub: argparse._SubParsersAction) -> None:
     bh.add_argument("--repeats", type=positive_int, default=2, help="scenes per server after its warm-up round")
     bh.add_argument("--prefill-step", type=positive_int, default=2048,
                     help="mlx_lm.server's --prefill-step-size and mlxlab serve's --chunk-size")
+    bh.add_argument("--window-s", type=positive_float, default=60.0,
+                    help="seconds the chat runs beside the documents (chats one after another; the last one ends "
+                         "it): the same window on every server, documents/min counted over it")
     bh.add_argument("--platform", default=None, help="results folder name (default: detected)")
     bh.add_argument("--name", default="serve_http", help="results file name")
     add_save_argument(bh)
@@ -147,16 +150,27 @@ def cli_bench_http(args: argparse.Namespace) -> int:
     logs = run_folder(plat, False)  # the servers' logs: always in an ignored run folder, never the committed results
     res = against_mlx_lm(str(args.model_dir), policies=args.policies, workers=args.workers, chat_chars=args.chat_chars,
                          chat_tokens=args.chat_tokens, doc_chars=args.doc_chars, doc_tokens=args.doc_tokens,
-                         repeats=args.repeats, prefill_step=args.prefill_step, log_dir=str(logs))
+                         repeats=args.repeats, prefill_step=args.prefill_step, window_s=args.window_s,
+                         log_dir=str(logs))
     folder = logs if not args.save else run_folder(plat, True)
     vs = against_verdicts(res)
     sys.argv = [Path(args.model_dir).name if a == str(args.model_dir) else a for a in sys.argv]  # stored argv: no machine path
     params = {k: getattr(args, k) for k in ("policies", "workers", "chat_chars", "chat_tokens", "doc_chars",
-                                            "doc_tokens", "repeats", "prefill_step")}
+                                            "doc_tokens", "repeats", "prefill_step", "window_s")}
     path = save_results(args.name, res, platform=plat, folder=folder, verdicts=vs,
                         parameters={**params, "model_dir": Path(args.model_dir).name})
     for v in vs:
         print(f"[{v['verdict']}] {v['claim']}: {v['measured']}")
+    try:  # the figure: documents/min against the chat's ITL p99, a point per server
+        from mlxlab.notebook.plots import save_figure  # altair: only for the figure
+        from mlxlab.studies.serving.charts import http_chart
+        from mlxlab.studies.sim_validation.charts import FIGURES
+
+        where = (FIGURES if plat == "cpu" else FIGURES / plat) if args.save else folder
+        for p in save_figure(http_chart(res, plat), args.name, where):
+            print(f"figure {p}")
+    except Exception as e:  # noqa: BLE001 - reported; the results are already written
+        print(f"[bench http] no figure: {e!r}", flush=True)
     print(f"server logs in {logs}")
     print(f"wrote {path}")
     return 0

@@ -92,6 +92,9 @@ def register(sub: argparse._SubParsersAction) -> None:
                                     "folder) and writes only DIR: no committed file changes.")
     pp.add_argument("--out", type=Path, default=None, help="output folder (default: build/paper/)")
     pp.add_argument("--no-pdf", action="store_true", help="write the HTML only")
+    pp.add_argument("--readme", action="store_true",
+                    help="instead of the paper: remake README.md's headline table from the committed "
+                         "serve_http*.json results (mlxlab.paper.headline); this changes README.md")
     pp.set_defaults(func=cli_paper)
 
 
@@ -172,6 +175,11 @@ def cli_rescore_warmup(args: argparse.Namespace) -> int:
 
 
 def cli_paper(args: argparse.Namespace) -> int:
+    if getattr(args, "readme", False):  # a caller's Namespace may predate the flag
+        from mlxlab.paper.headline import update_readme
+
+        print("README.md's headline table " + ("remade" if update_readme() else "already matches the results"))
+        return 0
     from mlxlab.paper.context import PaperDataError
     from mlxlab.paper.render import PaperBuildError, build  # Jinja2 and markdown-it load only here
 

@@ -51,12 +51,13 @@ SOLO_CHUNK = 2048  # the solo engine's chunk size (its prompt fits one chunk)
 
 def _spec(name: str, executor: str = "engine", policy: str = "interleave", chunk_size: int = 2048,
           overlap=False, overlap_sync="layer", overlap_pace_x=None, overlap_job_chunks=1,
-          **policy_options) -> dict:
+          compile_decode=False, **policy_options) -> dict:
     """A setting. ``overlap``, ``overlap_sync`` and ``overlap_job_chunks`` None leave them to the
-    engine and its policy (``Engine(overlap=None)``); what it ran is in each row's ``ran_as``."""
+    engine and its policy (``Engine(overlap=None)``); what it ran is in each row's ``ran_as``.
+    ``compile_decode``: the engine's compiled decode step (the chat's steps that run alone)."""
     return {"name": name, "executor": executor, "policy": policy, "chunk_size": chunk_size, "overlap": overlap,
             "overlap_sync": overlap_sync, "overlap_pace_x": overlap_pace_x, "overlap_job_chunks": overlap_job_chunks,
-            "policy_options": policy_options}
+            "compile_decode": compile_decode, "policy_options": policy_options}
 
 
 #: label -> setting: ``name`` (for people), ``executor`` ("engine" or "mlx_lm"), ``policy``,
@@ -97,6 +98,10 @@ SETTINGS: Dict[str, dict] = {
     "slo-overlap": _spec("slo (defaults) on an overlap engine", policy="slo", overlap=True),
     "slo": _spec("slo (defaults)", policy="slo", overlap=None, overlap_sync=None, overlap_job_chunks=None),
     "admission_gate": _spec("admission gate (defaults)", policy="admission_gate"),
+    # the compiled decode step (issue 35): the chat's cadence where its step runs alone
+    "interleave-2048-compiled": _spec("interleave, chunk 2048, compiled decode step", compile_decode=True),
+    "slo-compiled": _spec("slo (defaults), compiled decode step", policy="slo", overlap=None, overlap_sync=None,
+                          overlap_job_chunks=None, compile_decode=True),
 }
 
 
@@ -141,7 +146,8 @@ def make_executor(model, spec: Mapping, warmup: str, warmup_tokens=None):
                   overlap=None if spec.get("overlap", False) is None else bool(spec["overlap"]),
                   overlap_sync=spec.get("overlap_sync", "layer"), overlap_pace_x=spec.get("overlap_pace_x"),
                   overlap_job_chunks=None if jobs is None else int(jobs),
-                  warmup=warmup, warmup_tokens=warmup_tokens, **dict(spec.get("policy_options") or {}))
+                  warmup=warmup, warmup_tokens=warmup_tokens, compile_decode=bool(spec.get("compile_decode", False)),
+                  **dict(spec.get("policy_options") or {}))
 
 
 def _warmup_s(ex) -> float:

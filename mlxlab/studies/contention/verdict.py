@@ -31,7 +31,7 @@ def _engine_rows(res: Mapping) -> Dict[str, Mapping]:
 
 
 def _is_slo_default(s: Mapping) -> bool:
-    return s.get("policy") == "slo" and not s.get("policy_options")
+    return s.get("policy") == "slo" and not s.get("policy_options") and not s.get("compile_decode")
 
 
 def _fairness(presets: Mapping[str, Mapping], extra: str = "") -> str:

@@ -3,9 +3,12 @@ process of its own on the same model directory (``mlxlab bench http``).
 
 A model directory both servers load (``mlxlab export-model``: one token per ASCII character, so
 a prompt of N characters is N tokens on both) is served by one server at a time on loopback. For
-each: a warm-up round, then per repeat a streaming chat alone (its solo ITL), and the same chat
-while ``workers`` clients post documents back to back (each a streaming completion, so its first
-token time is seen). Each SSE chunk is stamped as it arrives; its text length is its number of
+each: a warm-up round, then per repeat a streaming chat alone (its solo ITL), and then chats of
+the same shape one after another for at least ``window_s`` seconds while ``workers`` clients post
+documents back to back (each a streaming completion, so its first token time is seen). The window
+is the same on every server and ends with its last chat: a server whose chat streams fast is not
+measured over a shorter stretch than one whose chat crawls (with a single chat as the window, a
+server that finished the chat before any document could not count one). Each SSE chunk is stamped as it arrives; its text length is its number of
 tokens (the character tokenizer), so a chunk carrying several tokens counts them all and its gap
 is split evenly between them, as the client saw them arrive together. Per server: the chat's ITL
 p50/p99/max alone and under the documents, its tokens per second during them, documents finished
@@ -144,9 +147,10 @@ def _document_worker(client, url, model, doc_chars: int, doc_tokens: int, stop: 
 
 
 def scene(url: str, model: str, *, chat_chars: int, chat_tokens: int, doc_chars: int, doc_tokens: int, workers: int,
-          seed: int = 0, lead_s: float = 1.0) -> Dict:
-    """The chat alone, then beside ``workers`` document clients (started ``lead_s`` before it);
-    every prompt a fresh random text (:func:`text`), the same ones for every server at one ``seed``."""
+          seed: int = 0, lead_s: float = 1.0, window_s: float = 0.0) -> Dict:
+    """The chat alone, then chats one after another for at least ``window_s`` seconds (at least
+    one) beside ``workers`` document clients (started ``lead_s`` before the first); every prompt a
+    fresh random text (:func:`text`), the same ones for every server at one ``seed``."""
     import random
 
     import httpx
@@ -161,28 +165,37 @@ def scene(url: str, model: str, *, chat_chars: int, chat_tokens: int, doc_chars:
         for t in threads:
             t.start()
         time.sleep(lead_s)
-        together = stream(client, url, model, text(chat_chars, rng), chat_tokens)
+        chats, until = [], time.perf_counter() + window_s
+        while not chats or (time.perf_counter() < until and not chats[-1]["error"]):
+            chats.append(stream(client, url, model, text(chat_chars, rng), chat_tokens))
         stop.set()
         for t in threads:
             t.join(timeout=STARTUP_S)
-    return _figures(solo, together, docs)
+    return _figures(solo, chats, docs)
 
 
-def _figures(solo: Dict, together: Dict, docs: List[Dict]) -> Dict:
-    g_solo, g_tog = token_gaps(solo), token_gaps(together)
-    start = together["arrivals"][0] if together["arrivals"] else together["sent"]
-    end = together["arrivals"][-1] if together["arrivals"] else start
+def _figures(solo: Dict, chats: List[Dict], docs: List[Dict]) -> Dict:
+    """The scene's figures; the window runs from the first chat's request to its last chat's
+    last token, the ITL gaps are pooled within the chats (a new chat's first token is its TTFT)."""
+    g_solo = token_gaps(solo)
+    g_tog = [g for c in chats for g in token_gaps(c)]
+    start = chats[0]["sent"]
+    last = chats[-1]
+    end = last["arrivals"][-1] if last["arrivals"] else time.perf_counter()
     span = max(end - start, 1e-9)
     finished = [d for d in docs if not d["error"] and start <= d["done"] <= end]
     ttft = [d["arrivals"][0] - d["sent"] for d in docs if d["arrivals"]]
-    chunks = together["tokens"] or [0]
+    chunks = [n for c in chats for n in c["tokens"]] or [0]
+    streamed = sum(sum(c["tokens"][1:]) for c in chats)  # tokens after each chat's first
     return {"solo_itl_p50_ms": _ms(_pct(g_solo, 50)), "solo_itl_p99_ms": _ms(_pct(g_solo, 99)),
             "chat_itl_p50_ms": _ms(_pct(g_tog, 50)), "chat_itl_p99_ms": _ms(_pct(g_tog, 99)),
             "chat_itl_max_ms": _ms(max(g_tog) if g_tog else None),
-            "chat_tok_s_during": (sum(together["tokens"]) - together["tokens"][0]) / span if together["tokens"] else None,
+            "chat_ttft_p50_ms": _ms(_pct([c["arrivals"][0] - c["sent"] for c in chats if c["arrivals"]], 50)),
+            "chats": len(chats), "window_s": span,
+            "chat_tok_s_during": streamed / span if any(c["tokens"] for c in chats) else None,
             "docs_per_min": 60.0 * len(finished) / span, "docs_finished": len(finished), "docs_started": len(docs),
             "doc_ttft_p50_s": _pct(ttft, 50), "doc_ttft_p90_s": _pct(ttft, 90),
-            "tokens_per_chunk": statistics.mean(chunks), "errors": [d["error"] for d in [solo, together, *docs]
+            "tokens_per_chunk": statistics.mean(chunks), "errors": [d["error"] for d in [solo, *chats, *docs]
                                                                    if d["error"]][:5]}
 
 
@@ -203,7 +216,8 @@ def summarize(runs: List[Dict]) -> Dict:
 
 def against_mlx_lm(model_dir: str, *, policies: Sequence[str] = ("slo",), workers: int = 4, chat_chars: int = 1500,
                    chat_tokens: int = 300, doc_chars: int = 16000, doc_tokens: int = 8, repeats: int = 2,
-                   prefill_step: int = 2048, log_dir: str = ".", progress: bool = True) -> Dict:
+                   prefill_step: int = 2048, window_s: float = 60.0, log_dir: str = ".",
+                   progress: bool = True) -> Dict:
     """The scene on ``mlx_lm.server`` and on ``mlxlab serve`` under each of ``policies``, one server
     at a time, each with a warm-up round (a shorter scene) first. Every prompt is a fresh random text, the same
     ones on every server, so no prompt cache serves a document (mlx_lm.server keeps one). Returns per server the runs,
@@ -221,12 +235,13 @@ def against_mlx_lm(model_dir: str, *, policies: Sequence[str] = ("slo",), worker
             runs = []
             for r in range(repeats):
                 runs.append(scene(url, model, chat_chars=chat_chars, chat_tokens=chat_tokens, doc_chars=doc_chars,
-                                  doc_tokens=doc_tokens, workers=workers, seed=r))
+                                  doc_tokens=doc_tokens, workers=workers, seed=r, window_s=window_s))
                 if progress:
                     x = runs[-1]
                     print(f"[bench http] {label} repeat {r + 1}/{repeats}: chat ITL p99 solo "
                           f"{x['solo_itl_p99_ms'] or float('nan'):.1f} ms, beside {workers} documents "
-                          f"{x['chat_itl_p99_ms'] or float('nan'):.1f} ms; {x['docs_per_min']:.1f} documents/min",
+                          f"{x['chat_itl_p99_ms'] or float('nan'):.1f} ms; {x['docs_per_min']:.1f} documents/min "
+                          f"over {x['window_s']:.0f} s ({x['chats']} chats)",
                           flush=True)
         shown = [name if a == model_dir else a for a in cmd[1:]]  # the directory by its name: no machine paths
         out[label] = {"runs": runs, "summary": summarize(runs), "command": [os.path.basename(cmd[0])] + shown,
@@ -234,6 +249,7 @@ def against_mlx_lm(model_dir: str, *, policies: Sequence[str] = ("slo",), worker
     return {"servers": out, "config": {"model_dir": name, "policies": list(policies), "workers": workers,
                                        "chat_chars": chat_chars, "chat_tokens": chat_tokens, "doc_chars": doc_chars,
                                        "doc_tokens": doc_tokens, "repeats": repeats, "prefill_step": prefill_step,
+                                       "window_s": window_s,
                                        "tokenizer": "one token per ASCII character (mlxlab export-model)",
                                        "prompts": "fresh random text per request, the same on every server"}}
 
@@ -258,7 +274,9 @@ def _fair(doc: Dict) -> str:
             f"{c.get('doc_chars')}-character document is that many tokens on each), one at a time on loopback, the "
             f"same prefill step ({c.get('prefill_step')}) where mlx_lm.server takes one; {c.get('workers')} document "
             f"clients posting back to back beside a {c.get('chat_chars')}-token chat streaming {c.get('chat_tokens')} "
-            f"tokens; {c.get('repeats')} repeat(s) after a warm-up round, min and max over them kept. What is not "
+            f"tokens" + (f", chats one after another for at least {c['window_s']:g} s (the window documents/min "
+                         f"counts over)" if c.get("window_s") else ", one chat (the window documents/min counts over)")
+            + f"; {c.get('repeats')} repeat(s) after a warm-up round, min and max over them kept. What is not "
             f"matched: mlx_lm.server batches prompts its own way (--prompt-concurrency, its prompt cache), mlxlab by "
             f"its policy.")
 
