@@ -15,7 +15,7 @@ ROOT = Path(__file__).resolve().parent.parent
 EXPECTED = {"bench", "bench engine", "bench contention", "bench disagg", "bench scheduling", "bench speculation", "bench serve", "reproduce",
             "rescore", "rescore-warmup", "export-model", "bench http",
             "campaign", "campaign plan", "campaign run", "campaign collect",
-            "paper", "profile", "validate-sim", "seed-scale", "train-tiny", "serve"}
+            "paper", "profile", "validate-sim", "seed-scale", "train-tiny", "serve", "tune"}
 
 
 def _subcommands(parser: argparse.ArgumentParser, path=()):

@@ -72,7 +72,7 @@ def test_bench_http_runs_both_servers_and_leaves_no_process_behind(tmp_path):
                           capture_output=True, timeout=300, env=env).returncode == 0
     out = subprocess.run(run + ["bench", "http", "--model-dir", str(model), "--policies", "interleave", "--workers", "1",
                                 "--chat-chars", "64", "--chat-tokens", "24", "--doc-chars", "256", "--doc-tokens", "2",
-                                "--repeats", "1", "--prefill-step", "64", "--window-s", "2", "--platform", "scratch"],
+                                "--repeats", "1", "--prefill-step", "64", "--window-s", "2", "--record", "--platform", "scratch"],
                          capture_output=True, text=True, timeout=600, cwd=tmp_path, env=env)
     assert out.returncode == 0, out.stderr[-2000:]
     path = out.stdout.strip().splitlines()[-1].removeprefix("wrote ")
@@ -83,5 +83,9 @@ def test_bench_http_runs_both_servers_and_leaves_no_process_behind(tmp_path):
         assert s["summary"]["solo_itl_p99_ms"]["median"] > 0 and not s["summary"]["errors"]
         assert s["runs"][0]["window_s"] >= 2.0  # chats one after another until the window is over
     assert {v["claim"] for v in doc["verdicts"]} == {"mlx-serve-vs-mlxlm-throughput", "mlx-serve-chat-itl"}
+    trace = Path(path).parent / doc["servers"]["mlxlab interleave"]["trace"]  # the mlxlab server's recorded trace
+    from mlxlab.core.traces import read_trace
+
+    assert set(read_trace(trace).tenants()) == {"chat", "batch"}
     left = subprocess.run(["pgrep", "-f", f"--model {model}"], capture_output=True, text=True)
     assert left.stdout.strip() == ""  # every server process was stopped by its id

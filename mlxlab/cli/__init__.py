@@ -14,7 +14,7 @@ import os
 import sys
 from typing import Optional, Sequence
 
-from mlxlab.cli import serve, sim, studies, tools
+from mlxlab.cli import serve, sim, studies, tools, tune
 from mlxlab.core.environment import mlx_env, reexec_with_fast_blas
 
 
@@ -40,7 +40,7 @@ def _parsers(parser: argparse.ArgumentParser):
 def build_parser() -> argparse.ArgumentParser:
     p = argparse.ArgumentParser(prog="mlxlab", description="Measure and tune LLM serving on MLX.")
     sub = p.add_subparsers(dest="cmd", required=True)
-    for group in (studies, tools, sim, serve):
+    for group in (studies, tools, sim, serve, tune):
         group.register(sub)
     for parser in _parsers(p):
         parser.formatter_class = _Help

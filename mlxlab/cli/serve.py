@@ -51,6 +51,13 @@ def register(sub: argparse._SubParsersAction) -> None:
                          "faster where a step is host-paced on the CPU, slower on the H200 so far (data/results/h200/"
                          "bench_engine_compiled.json)")
     sp.add_argument("--warmup", default="token", help="engine warm-up before serving: off, token, shapes or policy")
+    sp.add_argument("--config", default=None, metavar="TUNE.json",
+                    help="serve with the setting mlxlab tune chose (its policy, chunk size and policy options, "
+                         "in place of --policy, --chunk-size and --policy-option)")
+    sp.add_argument("--record", default=None, metavar="FILE.jsonl",
+                    help="append one line per finished request to FILE (arrival, tenant, prompt length, hashes of "
+                         "its 256-token prompt blocks (not the text), tokens asked and produced, TTFT and ITL as "
+                         "served): the trace mlxlab tune --trace reads (mlxlab.core.traces)")
     sp.add_argument("--host", default="127.0.0.1", help="address to listen on")
     sp.add_argument("--port", type=positive_int, default=8000, help="port to listen on")
     sp.add_argument("--log-level", default="info", help="uvicorn's log level")
@@ -128,10 +135,22 @@ def register_bench_http(bsub: argparse._SubParsersAction) -> None:
     bh.add_argument("--window-s", type=positive_float, default=60.0,
                     help="seconds the chat runs beside the documents (chats one after another; the last one ends "
                          "it): the same window on every server, documents/min counted over it")
+    bh.add_argument("--record", action="store_true",
+                    help="each mlxlab server records its trace (mlxlab serve --record; the chat as tenant chat, the "
+                         "documents as batch): into the run folder, or data/traces/ with --save (what mlxlab tune "
+                         "--trace replays)")
     bh.add_argument("--platform", default=None, help="results folder name (default: detected)")
     bh.add_argument("--name", default="serve_http", help="results file name")
     add_save_argument(bh)
     bh.set_defaults(func=cli_bench_http)
+
+
+def _trace_dir(args: argparse.Namespace, logs: Path) -> str:
+    from mlxlab.core.workload import traces_dir
+
+    where = traces_dir() if args.save else logs
+    where.mkdir(parents=True, exist_ok=True)
+    return str(where)
 
 
 def cli_bench_http(args: argparse.Namespace) -> int:
@@ -151,12 +170,12 @@ def cli_bench_http(args: argparse.Namespace) -> int:
     res = against_mlx_lm(str(args.model_dir), policies=args.policies, workers=args.workers, chat_chars=args.chat_chars,
                          chat_tokens=args.chat_tokens, doc_chars=args.doc_chars, doc_tokens=args.doc_tokens,
                          repeats=args.repeats, prefill_step=args.prefill_step, window_s=args.window_s,
-                         log_dir=str(logs))
+                         log_dir=str(logs), record_dir=_trace_dir(args, logs) if args.record else None)
     folder = logs if not args.save else run_folder(plat, True)
     vs = against_verdicts(res)
     sys.argv = [Path(args.model_dir).name if a == str(args.model_dir) else a for a in sys.argv]  # stored argv: no machine path
     params = {k: getattr(args, k) for k in ("policies", "workers", "chat_chars", "chat_tokens", "doc_chars",
-                                            "doc_tokens", "repeats", "prefill_step", "window_s")}
+                                            "doc_tokens", "repeats", "prefill_step", "window_s", "record")}
     path = save_results(args.name, res, platform=plat, folder=folder, verdicts=vs,
                         parameters={**params, "model_dir": Path(args.model_dir).name})
     for v in vs:
@@ -226,6 +245,16 @@ def cli_serve(args: argparse.Namespace) -> int:
     from mlxlab.engine.models import load_model
 
     options = policy_options(args.policy_option)
+    if args.config:
+        from mlxlab.studies.tune.run import serve_settings
+
+        tuned = serve_settings(args.config)
+        if tuned["model"] and Path(str(tuned["model"])).name != Path(str(args.model)).name:
+            print(f"mlxlab serve: warning: {args.config} was tuned for {tuned['model']}, serving {args.model}",
+                  file=sys.stderr)
+        if not tuned["meets"]:
+            print(f"mlxlab serve: warning: the setting in {args.config} met no SLO set on the engine", file=sys.stderr)
+        args.policy, args.chunk_size, options = tuned["policy"], tuned["chunk_size"], {**tuned["options"], **options}
     if args.num_draft_tokens is not None and args.draft_model is None:
         raise ValueError("--num-draft-tokens needs --draft-model")
     model = load_model(args.model, bits=args.bits, dtype=args.dtype)
@@ -239,9 +268,10 @@ def cli_serve(args: argparse.Namespace) -> int:
                          overlap=True if args.overlap else None, prefix_cache=prefix, warmup=args.warmup,
                          kv_budget_bytes=args.kv_budget_mb << 20 if args.kv_budget_mb else None,
                          max_in_flight=args.max_in_flight, draft_model=draft,
-                         num_draft_tokens=args.num_draft_tokens, compile_decode=args.compile_decode, **options)
+                         num_draft_tokens=args.num_draft_tokens, compile_decode=args.compile_decode,
+                         record=args.record, **options)
     print(f"mlxlab serve: {args.model} ({model.num_params / 1e6:.1f}M params, {model.dtype}), policy {args.policy} "
           f"{options or ''}, chunk {args.chunk_size}{f', draft {args.draft_model}' if draft else ''}, "
-          f"on http://{args.host}:{args.port}", flush=True)
+          f"on http://{args.host}:{args.port}" + (f", recording to {args.record}" if args.record else ""), flush=True)
     serve.run(server, host=args.host, port=args.port, log_level=args.log_level)
     return 0

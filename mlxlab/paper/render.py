@@ -94,7 +94,7 @@ class Helpers:
     def simulated_only(self) -> List[Dict]:
         """The claims that only a simulation decides on the measured platforms (CPU, H200): one
         ``{claim, files}`` each, the files holding the simulated verdicts. The scorecard shows
-        them in the simulated column; section 14 lists them as not measured."""
+        them in the simulated column; section 15 lists them as not measured."""
         from mlxlab.paper.scorecard import PLATFORMS, simulated
 
         out = []

@@ -25,14 +25,16 @@ SHUTDOWN_DRAIN_S = 3.0  # at SIGINT/SIGTERM, how long cancelled streams get to s
 
 
 def build(model, *, model_name: Optional[str] = None, tokenizer=None, max_in_flight: Optional[int] = None,
-          num_draft_tokens: Optional[int] = None, **engine_options) -> Server:
+          num_draft_tokens: Optional[int] = None, record: Optional[str] = None, **engine_options) -> Server:
     """A :class:`Server` for ``model`` (a :class:`mlxlab.engine.models.LoadedModel`): an
     :class:`mlxlab.Engine` with ``engine_options`` on its own thread (started with the app);
     ``max_in_flight``: more requests at once get 429 with Retry-After. With ``draft_model`` (an
     engine option), ``num_draft_tokens`` is the drafts per round of a request that names none
     (None: such requests decode in the batch). The engine keeps only
     the newest :data:`HISTORY_LIMIT` step records and finished requests unless
-    ``history_limit`` says otherwise (None: all, memory growing with every request)."""
+    ``history_limit`` says otherwise (None: all, memory growing with every request). ``record``:
+    append one trace line per finished request to this file (:class:`mlxlab.core.traces.TraceRecorder`,
+    what ``mlxlab tune --trace`` reads)."""
     from mlxlab.engine.loop import Engine
 
     name = model_name or getattr(model, "name", "model")
@@ -40,8 +42,13 @@ def build(model, *, model_name: Optional[str] = None, tokenizer=None, max_in_fli
     engine = Engine(model, **engine_options)
     if num_draft_tokens is not None and engine.draft is None:
         raise ValueError("num_draft_tokens needs a draft model: pass draft_model= (mlxlab serve --draft-model)")
-    return Server(EngineWorker(engine), tokenizer or tokenizer_for(name), name, max_in_flight=max_in_flight,
-                  num_draft_tokens=num_draft_tokens)
+    recorder = None
+    if record is not None:
+        from mlxlab.core.traces import TraceRecorder
+
+        recorder = TraceRecorder(record, offset_s=time.time() - engine.now())
+    return Server(EngineWorker(engine, recorder=recorder), tokenizer or tokenizer_for(name), name,
+                  max_in_flight=max_in_flight, num_draft_tokens=num_draft_tokens)
 
 
 def run(server: Server, host: str = "127.0.0.1", port: int = 8000, log_level: str = "info") -> None:

@@ -42,9 +42,10 @@ class Stream:
 class EngineWorker:
     """Runs ``engine`` on its own thread (see the module docstring)."""
 
-    def __init__(self, engine, metrics: Optional[ServerMetrics] = None):
+    def __init__(self, engine, metrics: Optional[ServerMetrics] = None, recorder=None):
         self.engine = engine
         self.metrics = metrics or ServerMetrics(engine)
+        self.recorder = recorder  # a TraceRecorder: one trace line per finished request (serve --record)
         self._inbox: "queue.SimpleQueue[tuple]" = queue.SimpleQueue()
         self._live: Dict[int, Stream] = {}  # request id -> stream
         self._stopping = threading.Event()
@@ -115,6 +116,8 @@ class EngineWorker:
             close = getattr(eng, "close", None)
             if close is not None:
                 close()
+            if self.recorder is not None:
+                self.recorder.close()
 
     def _take(self, block: bool) -> None:
         """Apply the queued submissions and cancellations (waiting a moment for one if ``block``)."""
@@ -162,6 +165,8 @@ class EngineWorker:
                 stream.put("tokens", list(new))
             if req.done:
                 self.metrics.finished(req)
+                if self.recorder is not None and req.output_tokens:  # a request refused or cancelled before
+                    self.recorder.write(req)  # its first token cost no decode: nothing to replay
                 stream.put("done", req.finish_reason)
                 del self._live[rid]
         self.metrics.queues(len(self._live))

@@ -19,7 +19,7 @@ if TYPE_CHECKING:
 
 #: the study packages, in the order of the notebooks, then the CLI-only studies
 PACKAGES = ("engine_bench", "prefill_step", "kv_quant", "speculation", "warmup", "admission_gate", "prefix_cache",
-            "roofline", "seed_scale", "disagg", "scheduling", "contention", "sim_validation", "serving")
+            "roofline", "seed_scale", "disagg", "scheduling", "contention", "sim_validation", "serving", "tune")
 
 
 def all_studies() -> List["Study"]:

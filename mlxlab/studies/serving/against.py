@@ -43,10 +43,10 @@ def _free_port() -> int:
 
 
 def server_command(kind: str, model_dir: str, port: int, *, policy: str = "slo", prefill_step: int = 2048,
-                   options: Sequence[str] = ()) -> List[str]:
+                   options: Sequence[str] = (), record: Optional[str] = None) -> List[str]:
     """The command line that serves ``model_dir`` on ``port``: ``mlx_lm.server`` with its prefill
     step set to ``prefill_step`` (the one knob the two share), or ``mlxlab serve`` with ``policy``
-    and the same chunk size."""
+    and the same chunk size (recording its trace to ``record``, when given)."""
     if kind == "mlx-lm":
         return [sys.executable, "-m", "mlx_lm.server", "--model", model_dir, "--host", "127.0.0.1", "--port",
                 str(port), "--prefill-step-size", str(prefill_step)]
@@ -55,7 +55,7 @@ def server_command(kind: str, model_dir: str, port: int, *, policy: str = "slo",
                str(port), "--policy", policy, "--chunk-size", str(prefill_step), "--log-level", "warning"]
         for o in options:
             cmd += ["--policy-option", o]
-        return cmd
+        return cmd + (["--record", record] if record else [])
     raise ValueError(f"unknown server {kind!r}: choose from {SERVERS}")
 
 
@@ -94,9 +94,13 @@ class Server:
         self._log.close()
 
 
-def stream(client, url: str, model: str, prompt: str, max_tokens: int) -> Dict:
-    """One streaming completion: ``sent``, per chunk its arrival and token count, ``error``."""
+def stream(client, url: str, model: str, prompt: str, max_tokens: int, user: Optional[str] = None) -> Dict:
+    """One streaming completion: ``sent``, per chunk its arrival and token count, ``error``.
+    ``user``: the OpenAI ``user`` field, which mlxlab serve takes as the tenant (a recorded trace
+    then knows the chat from the documents; mlx_lm.server ignores it)."""
     body = {"model": model, "prompt": prompt, "max_tokens": max_tokens, "stream": True, "temperature": 0.0}
+    if user:
+        body["user"] = user
     out = {"sent": time.perf_counter(), "arrivals": [], "tokens": [], "error": None}
     try:
         with client.stream("POST", url + "/v1/completions", json=body) as r:
@@ -141,7 +145,7 @@ def text(chars: int, rng) -> str:
 def _document_worker(client, url, model, doc_chars: int, doc_tokens: int, stop: threading.Event, out: List[Dict],
                      rng) -> None:
     while not stop.is_set():
-        r = stream(client, url, model, text(doc_chars, rng), doc_tokens)
+        r = stream(client, url, model, text(doc_chars, rng), doc_tokens, user="batch")
         r["done"] = time.perf_counter()
         out.append(r)
 
@@ -157,7 +161,7 @@ def scene(url: str, model: str, *, chat_chars: int, chat_tokens: int, doc_chars:
 
     rng = random.Random(f"scene {seed}")
     with httpx.Client(timeout=STARTUP_S) as client:
-        solo = stream(client, url, model, text(chat_chars, rng), chat_tokens)
+        solo = stream(client, url, model, text(chat_chars, rng), chat_tokens, user="chat")
         stop, docs = threading.Event(), []
         threads = [threading.Thread(target=_document_worker, daemon=True,
                                     args=(client, url, model, doc_chars, doc_tokens, stop, docs,
@@ -167,7 +171,7 @@ def scene(url: str, model: str, *, chat_chars: int, chat_tokens: int, doc_chars:
         time.sleep(lead_s)
         chats, until = [], time.perf_counter() + window_s
         while not chats or (time.perf_counter() < until and not chats[-1]["error"]):
-            chats.append(stream(client, url, model, text(chat_chars, rng), chat_tokens))
+            chats.append(stream(client, url, model, text(chat_chars, rng), chat_tokens, user="chat"))
         stop.set()
         for t in threads:
             t.join(timeout=STARTUP_S)
@@ -217,7 +221,7 @@ def summarize(runs: List[Dict]) -> Dict:
 def against_mlx_lm(model_dir: str, *, policies: Sequence[str] = ("slo",), workers: int = 4, chat_chars: int = 1500,
                    chat_tokens: int = 300, doc_chars: int = 16000, doc_tokens: int = 8, repeats: int = 2,
                    prefill_step: int = 2048, window_s: float = 60.0, log_dir: str = ".",
-                   progress: bool = True) -> Dict:
+                   record_dir: Optional[str] = None, progress: bool = True) -> Dict:
     """The scene on ``mlx_lm.server`` and on ``mlxlab serve`` under each of ``policies``, one server
     at a time, each with a warm-up round (a shorter scene) first. Every prompt is a fresh random text, the same
     ones on every server, so no prompt cache serves a document (mlx_lm.server keeps one). Returns per server the runs,
@@ -227,7 +231,11 @@ def against_mlx_lm(model_dir: str, *, policies: Sequence[str] = ("slo",), worker
     for kind, policy in [("mlx-lm", None)] + [("mlxlab", p) for p in policies]:
         label = "mlx_lm.server" if kind == "mlx-lm" else f"mlxlab {policy}"
         port = _free_port()
-        cmd = server_command(kind, model_dir, port, policy=policy or "slo", prefill_step=prefill_step)
+        rec = (os.path.join(record_dir, f"serve_http_{name}_{policy}.jsonl") if record_dir and kind == "mlxlab"
+               else None)
+        if rec and os.path.exists(rec):
+            os.remove(rec)  # this run's trace only (the recorder appends)
+        cmd = server_command(kind, model_dir, port, policy=policy or "slo", prefill_step=prefill_step, record=rec)
         with Server(cmd, port, os.path.join(log_dir, f"server_{label.replace(' ', '_')}.log")) as url:
             model = model_dir  # both servers name the model by its directory
             scene(url, model, chat_chars=min(chat_chars, 200), chat_tokens=16, doc_chars=min(doc_chars, 1000),
@@ -243,9 +251,9 @@ def against_mlx_lm(model_dir: str, *, policies: Sequence[str] = ("slo",), worker
                           f"{x['chat_itl_p99_ms'] or float('nan'):.1f} ms; {x['docs_per_min']:.1f} documents/min "
                           f"over {x['window_s']:.0f} s ({x['chats']} chats)",
                           flush=True)
-        shown = [name if a == model_dir else a for a in cmd[1:]]  # the directory by its name: no machine paths
+        shown = [name if a == model_dir else os.path.basename(a) if a == rec else a for a in cmd[1:]]  # no machine paths
         out[label] = {"runs": runs, "summary": summarize(runs), "command": [os.path.basename(cmd[0])] + shown,
-                      "model_name": name}
+                      "model_name": name, **({"trace": os.path.basename(rec)} if rec else {})}
     return {"servers": out, "config": {"model_dir": name, "policies": list(policies), "workers": workers,
                                        "chat_chars": chat_chars, "chat_tokens": chat_tokens, "doc_chars": doc_chars,
                                        "doc_tokens": doc_tokens, "repeats": repeats, "prefill_step": prefill_step,

@@ -57,7 +57,16 @@ def http_chart(doc: Mapping, platform: str = "") -> alt.Chart:
     ybars = base.mark_rule(strokeWidth=1.5).encode(x=x, y=alt.Y("itl_lo:Q"), y2="itl_hi:Q", color=color)
     dots = base.mark_point(filled=True, size=90).encode(
         x=x, y=y, color=color, tooltip=["server", alt.Tooltip("docs:Q", format=".1f"), alt.Tooltip("itl:Q", format=".0f")])
-    labels = base.mark_text(align="left", dx=8, dy=-8, fontSize=10).encode(x=x, y=y, text="server:N", color=color)
+    # labels alternate above and below the points in order of documents/min (neighbours on the plane do not
+    # collide), the rightmost one set to the left of its point so it stays inside the plot
+    df = df.sort_values("docs").reset_index(drop=True)
+    df["dy"] = [-10 if i % 2 == 0 else 14 for i in range(len(df))]
+    df["right"] = df.index == len(df) - 1
+    groups = df.groupby(["dy", "right"])
+    labels = alt.layer(*[alt.Chart(part).mark_text(align="right" if right else "left", dx=-8 if right else 8,
+                                                   dy=int(dy), fontSize=10).encode(x=x, y=y, text="server:N", color=color)
+                         for (dy, right), part in groups])
+    base = alt.Chart(df)
     where = f"{platform}, " if platform else ""
     title = alt.TitleParams(
         f"Over HTTP: documents against the chat ({where}{c.get('model_dir', '?')})",

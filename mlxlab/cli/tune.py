@@ -1,0 +1,167 @@
+"""``mlxlab tune``: serving settings for a model and a trace (:mod:`mlxlab.studies.tune`)."""
+
+from __future__ import annotations
+
+import argparse
+import dataclasses
+import sys
+from pathlib import Path
+
+from mlxlab.cli.common import add_model_arguments, add_save_argument, positive_float, positive_int
+
+TUNE_HELP = """\
+Find the serving settings for this model and this traffic: profile the device (cached), simulate a
+grid of policies x chunk sizes x token budgets on the trace, keep the Pareto frontier, confirm the
+best settings and mlx-lm's BatchGenerator on the real engine, and print the choice with a ready
+`mlxlab serve` line. Writes tune.json (grid, frontier, confirmed points simulated and measured,
+the choice and why) and its figure.
+
+  mlxlab tune --model small --workload chat+batch --slo 'chat.itl_p99<=2x' --quick
+  mlxlab tune --model DIR --trace served.jsonl --slo 'chat.itl_p99<=40ms' --slo 'batch.ttft_p50<=1.5x'
+  mlxlab serve --model DIR --config data/results/cpu/runs/TIME/tune.json
+
+SLOs: TENANT.METRIC<=VALUE, VALUE in ms, s or x (times the tenant's figure when it runs alone,
+measured in the run); METRIC one of ttft_p50/p90/p99, itl_p50/p90/p99, itl_max, e2e_p50/p99.
+Traces: `mlxlab serve --record FILE.jsonl`, a Mooncake JSONL or an Azure LLM-inference CSV
+(mlxlab.core.traces). --sweep also runs every grid setting on the engine and decides
+mlx-tune-regret, mlx-tune-rank and mlx-tune-speed.
+"""
+
+
+def register(sub: argparse._SubParsersAction) -> None:
+    tp = sub.add_parser("tune", help="serving settings for your model and traffic: simulated, confirmed, served",
+                        description=TUNE_HELP)
+    add_model_arguments(tp, default="small")
+    src = tp.add_mutually_exclusive_group(required=True)
+    src.add_argument("--trace", default=None, metavar="FILE", help="a recorded, Mooncake or Azure trace")
+    src.add_argument("--workload", default=None, metavar="PRESET",
+                     help="a workload preset instead (chat-solo, chat+batch, seed-001), at --scale")
+    tp.add_argument("--trace-format", default="auto", help="auto, mlxlab, mooncake or azure")
+    tp.add_argument("--split-tokens", type=positive_int, default=None,
+                    help="an imported trace's requests with at least this many prompt tokens are tenant batch, the "
+                         "rest chat (the public formats name no tenant)")
+    tp.add_argument("--time-scale", type=positive_float, default=1.0,
+                    help="arrival times x this (a trace's or a preset's: below 1 replays it faster)")
+    tp.add_argument("--length-scale", type=positive_float, default=1.0,
+                    help="an imported trace's token lengths x this (a datacenter trace on a laptop)")
+    tp.add_argument("--max-requests", type=positive_int, default=None, help="replay only the first N requests")
+    tp.add_argument("--scale", type=positive_float, default=1 / 32, help="--workload's lengths x this")
+    tp.add_argument("--slo", action="append", default=[], metavar="TENANT.METRIC<=VALUE", help="an SLO; repeatable")
+    tp.add_argument("--objective", default=None, metavar="TENANT.METRIC",
+                    help="what to minimize among the settings meeting the SLOs (default: batch.ttft_p50 where the "
+                         "trace has a batch tenant, else all.ttft_p50)")
+    tp.add_argument("--top-k", type=positive_int, default=3, help="simulated settings confirmed on the engine")
+    tp.add_argument("--repeats", type=positive_int, default=3, help="engine replays per confirmed setting (>= 2)")
+    tp.add_argument("--quick", action="store_true", help="a small profile and grid (CI, a first look)")
+    tp.add_argument("--reprofile", action="store_true", help="measure the device profile again, not from the cache")
+    tp.add_argument("--no-baseline", action="store_true", help="skip mlx-lm's BatchGenerator on the engine")
+    tp.add_argument("--sweep", action="store_true",
+                    help="also run every grid setting on the engine (the exhaustive sweep) and decide the regret, "
+                         "rank and speed claims")
+    tp.add_argument("--seed", type=int, default=0, help="the workload's and the replayed prompts' seed")
+    tp.add_argument("--platform", default=None, help="results folder name (default: detected)")
+    tp.add_argument("--name", default="tune", help="results file name")
+    add_save_argument(tp)
+    tp.set_defaults(func=cli_tune)
+
+
+class _Millisecond:
+    """A cost model charging every step one millisecond (fixes a preset's arrivals)."""
+
+    def predict(self, *args, **kwargs) -> float:
+        return 1e-3
+
+
+def _arrivals(args, model) -> tuple:
+    """The trace's arrivals and its summary for the results."""
+    from mlxlab.core.presets import model_limits
+    from mlxlab.core.traces import read_trace, scale_trace, to_arrivals
+
+    vocab, ctx = model_limits(model)
+    if args.workload:
+        from mlxlab.core.workload import workload_preset
+
+        wl = workload_preset(args.workload, vocab_size=vocab, scale=args.scale, seed=args.seed, max_context=ctx)
+        from mlxlab.core.runner import run_workload
+        from mlxlab.sim.simulator import Simulator
+
+        # the preset's closed-loop arrivals, fixed once by a run where every step costs a millisecond (a chat's
+        # next turn comes its think time after the last): every setting then replays the same open-loop trace
+        arrivals = run_workload(Simulator.for_model(model, _Millisecond()), wl).trace
+        if args.time_scale != 1.0:
+            arrivals = [dataclasses.replace(a, time_s=a.time_s * args.time_scale) for a in arrivals]
+        if args.max_requests:
+            arrivals = arrivals[:args.max_requests]
+        tenants = sorted({a.tenant for a in arrivals})
+        return arrivals, {"format": "workload", "name": wl.name, "requests": len(arrivals), "time_scale": args.time_scale,
+                          "tenants": {t: sum(a.tenant == t for a in arrivals) for t in tenants}}
+    trace = read_trace(args.trace, args.trace_format, max_context=None, split_tokens=args.split_tokens)
+    if args.time_scale != 1.0 or args.length_scale != 1.0:
+        trace = scale_trace(trace, time_scale=args.time_scale, length_scale=args.length_scale)
+    if args.max_requests:
+        trace.requests = trace.requests[:args.max_requests]
+    for i, r in enumerate(trace.requests):
+        if r.prompt_tokens + r.max_tokens > ctx:
+            raise ValueError(f"{args.trace}: request {i + 1} needs {r.prompt_tokens + r.max_tokens} tokens of context, "
+                             f"past {args.model}'s {ctx}: pass --length-scale below 1 or --max-requests")
+    return to_arrivals(trace, vocab, args.seed), trace.summary()
+
+
+def cli_tune(args: argparse.Namespace) -> int:
+    from mlxlab.core.environment import platform_name
+    from mlxlab.core.results import run_folder, save_results
+    from mlxlab.engine.models import load_model
+    from mlxlab.studies.tune.run import serve_command, sweep, tune
+    from mlxlab.studies.tune.slo import parse_slo
+    from mlxlab.studies.tune.verdict import tune_verdicts
+
+    if not args.slo:
+        raise ValueError("give at least one --slo, e.g. --slo 'chat.itl_p99<=2x'")
+    slos = [parse_slo(s) for s in args.slo]
+    if args.repeats < 2:
+        raise ValueError("--repeats must be at least 2: the choice needs the engine's run-to-run spread")
+    model = load_model(args.model, bits=args.bits, dtype=args.dtype)
+    arrivals, trace = _arrivals(args, model)
+    print(f"[tune] {args.model}: {len(arrivals)} requests ({trace.get('tenants')}), SLOs {', '.join(s.text for s in slos)}",
+          flush=True)
+    say = lambda s: print(s, flush=True)  # noqa: E731
+    doc = tune(model, arrivals, slos, objective=args.objective, top_k=args.top_k, repeats=args.repeats,
+               quick=args.quick, reprofile=args.reprofile, baseline=not args.no_baseline, say=say)
+    doc["trace"] = trace
+    if args.sweep:
+        doc["sweep"] = sweep(model, arrivals, doc, repeats=args.repeats, say=say)
+    plat = args.platform or platform_name()
+    folder = run_folder(plat, args.save)
+    params = {k: getattr(args, k) for k in ("model", "bits", "dtype", "trace", "workload", "trace_format", "split_tokens",
+                                            "time_scale", "length_scale", "max_requests", "scale", "slo", "objective",
+                                            "top_k", "repeats", "quick", "sweep", "seed")}
+    if params["trace"]:  # the trace by its name: no machine paths in results
+        params["trace"] = Path(args.trace).name
+        sys.argv = [Path(a).name if a == args.trace else a for a in sys.argv]
+    doc["parameters"] = {"model": args.model}
+    path = save_results(args.name, doc, platform=plat, folder=folder, parameters=params,
+                        verdicts=tune_verdicts(doc) if args.sweep else None)
+    ch = doc["choice"]
+    print(f"[tune] choice: {ch['label']} ({'meets every SLO' if ch['meets'] else 'meets no SLO set: ' + str(ch['binding'])})"
+          f": {ch['why']}")
+    for r in doc["confirmed"]:
+        print(f"  {r['label']:24s} objective {r['objective_s'] * 1e3:9.1f} ms  worst SLO ratio {r['slo_ratio']:.2f}"
+              + (f"  (simulated {r['sim_objective_s'] * 1e3:.1f} ms)" if "sim_objective_s" in r else ""))
+    cmd = serve_command(doc, args.model, args.bits, args.dtype, config=str(path))
+    if cmd:
+        print(f"serve it:\n  {cmd}")
+    try:
+        from mlxlab.notebook.plots import save_figure  # altair: only for the figure
+        from mlxlab.studies.tune.charts import tune_chart
+
+        from mlxlab.studies.sim_validation.charts import FIGURES
+
+        where, fig = (FIGURES, f"{args.name}_{plat}") if args.save else (folder, args.name)
+        for p in save_figure(tune_chart(doc), fig, where):
+            print(f"figure {p}")
+    except Exception as e:  # noqa: BLE001 - reported; the results are written
+        print(f"[tune] no figure: {e!r}", file=sys.stderr)
+    for v in (tune_verdicts(doc) if args.sweep else []):
+        print(f"[{v['verdict']}] {v['claim']}")
+    print(f"wrote {path}")
+    return 0

@@ -1,0 +1,314 @@
+"""``mlxlab tune``: the serving settings for a model and a trace, found by the simulator and
+confirmed on the engine.
+
+1. **Profile** the device for this model (:func:`cached_profile`: kept under
+   ``data/profiles/cache/`` keyed by model, dtype, bits, device, mlx version and BLAS; measured
+   again with ``reprofile``).
+2. **Solo figures**: each tenant that a relative SLO (``2x``) names runs alone on the engine, so
+   ``x`` means times what that tenant gets with the machine to itself, measured in this run.
+3. **Simulate the grid** (:func:`default_grid`: policies x chunk sizes x token budgets; the
+   engine's overlap modes are not in it, as the simulator runs serial steps) on the trace, score
+   each setting against the SLOs and the objective, keep the Pareto frontier.
+4. **Confirm** the ``top_k`` best simulated settings (those meeting every SLO first) and mlx-lm's
+   ``BatchGenerator`` on the real engine, replaying the same trace ``repeats`` times in rotating
+   order; the simulator's error on each is kept beside it.
+5. **Choose** (:func:`mlxlab.studies.tune.slo.choose`) and write a serve command.
+
+Runs serial (``overlap=False``) on the engine too, so the confirmation measures what was simulated.
+"""
+
+from __future__ import annotations
+
+import gc
+import hashlib
+import json
+import math
+import statistics
+import time
+from pathlib import Path
+from typing import Callable, Dict, List, Optional, Sequence
+
+from mlxlab.core.paths import data_dir
+from mlxlab.studies.tune.slo import (SLO, check, choose, figure, objective_name, pareto, parse_objective, slo_table,
+                                     solo_needed, worst_ratio)
+
+BASELINE = "mlx_lm.BatchGenerator"
+
+
+def default_grid(quick: bool = False, max_prompt: int = 4096) -> List[dict]:
+    """The settings tune simulates: ``label``, ``policy``, ``chunk_size``, ``options``. Chunk sizes
+    above the longest prompt are left out (they all run as the longest)."""
+    chunks = [64, 256] if quick else [256, 512, 1024, 2048, 4096]
+    budgets = [128] if quick else [256, 512, 1024]
+    fit = [c for c in chunks if c < max_prompt] + [min(c for c in chunks if c >= max_prompt)] \
+        if any(c >= max_prompt for c in chunks) else chunks
+    grid = [{"label": f"interleave-{c}", "policy": "interleave", "chunk_size": c, "options": {}} for c in fit]
+    grid += [{"label": f"stall_free-{b}", "policy": "stall_free", "chunk_size": 2048, "options": {"token_budget": b}}
+             for b in budgets]
+    grid += [{"label": f"slo-{c}", "policy": "slo", "chunk_size": c, "options": {}} for c in fit[-2:]]
+    if not quick:
+        grid += [{"label": f"admission_gate-{c}", "policy": "admission_gate", "chunk_size": c, "options": {}}
+                 for c in fit[-2:]]
+    return grid
+
+
+# ------------------------------------------------------------------------------ profile
+def profile_key(model, quick: bool) -> str:
+    from mlxlab.core.environment import device_summary
+
+    d = device_summary()
+    parts = [getattr(model, "name", "model"), str(getattr(model, "dtype", "")), str(getattr(model, "bits", None)),
+             d["device"], d["device_name"], d["mlx"], d["mlx_lm"], d["blas"], "quick" if quick else "full"]
+    return hashlib.sha1("|".join(parts).encode()).hexdigest()[:16]
+
+
+def cached_profile(model, *, quick: bool = False, reprofile: bool = False,
+                   say: Callable[[str], None] = print) -> dict:
+    """The device profile for ``model`` from the cache, or measured now (and cached). Returns
+    ``{"cost_model", "path", "cached", "key", "wall_s"}``."""
+    from mlxlab.sim.measure import profile_device
+    from mlxlab.sim.profiles import PROFILE_DEFAULTS, QUICK_DEFAULTS, cost_model_from_dict, save_profile
+
+    key = profile_key(model, quick)
+    path = data_dir() / "profiles" / "cache" / f"{Path(str(getattr(model, 'name', 'model'))).name}-{key}.json"
+    if path.is_file() and not reprofile:
+        say(f"[tune] profile from the cache: {path}")
+        return {"cost_model": cost_model_from_dict(json.loads(path.read_text())), "path": str(path), "cached": True,
+                "key": key, "wall_s": 0.0}
+    say(f"[tune] profiling {getattr(model, 'name', 'model')} on this device ({'quick' if quick else 'full'} grid)")
+    prof = profile_device(model, **(QUICK_DEFAULTS if quick else PROFILE_DEFAULTS), log=say)
+    save_profile(prof, path=path)
+    return {"cost_model": cost_model_from_dict(prof), "path": str(path), "cached": False, "key": key,
+            "wall_s": prof.get("wall_s", 0.0)}
+
+
+# ------------------------------------------------------------------------------ runs
+def _bar(total: int, desc: str):
+    from tqdm.auto import tqdm  # progress bars are plumbing, not needed to run
+
+    return tqdm(total=total, desc=desc, leave=False)
+
+
+def _fresh() -> None:
+    import mlx.core as mx
+
+    gc.collect()
+    mx.clear_cache()
+
+
+def _engine(model, s: dict):
+    from mlxlab.engine.loop import Engine
+
+    return Engine(model, policy=s["policy"], chunk_size=int(s["chunk_size"]), overlap=False, **s["options"])
+
+
+def _executor(model, s: dict):
+    if s["policy"] == BASELINE:
+        from mlxlab.engine.baseline import MlxLmExecutor
+
+        return MlxLmExecutor(model, prefill_step_size=int(s["chunk_size"]))
+    return _engine(model, s)
+
+
+def _workload(arrivals, only: Optional[str] = None):
+    from mlxlab.core.workload import TraceWorkload
+
+    return TraceWorkload([a for a in arrivals if only is None or a.tenant == only], name=only or "trace")
+
+
+def _objective(summary, objective: str) -> float:
+    tenant, metric = parse_objective(objective)
+    v = figure(summary, tenant, metric)
+    return math.inf if v is None else v
+
+
+def _medians(summaries: Sequence[dict], tenants: Sequence[str]) -> dict:
+    """The per-figure median summary over repeats (the shape of one run's summary)."""
+    out: dict = {}
+    for t in tenants:
+        out[t] = {}
+        for key in ("ttft_s", "itl_s", "e2e_s"):
+            out[t][key] = {}
+            for pct in ("p50", "p90", "p99", "max"):
+                vals = [s[t][key][pct] for s in summaries if t in s and not math.isnan(s[t][key][pct])]
+                out[t][key][pct] = statistics.median(vals) if vals else float("nan")
+    return out
+
+
+def _worst(summaries: Sequence[dict], slos: Sequence[SLO], solos: dict) -> List[dict]:
+    """Per SLO the check of the repeat that did worst on it."""
+    per = [check(s, slos, solos) for s in summaries]
+    return [max((p[i] for p in per), key=lambda c: c["ratio"] if c["ratio"] is not None else math.inf)
+            for i in range(len(slos))]
+
+
+def tune(model, arrivals: list, slos: Sequence[SLO], *, objective: Optional[str] = None,
+         grid: Optional[List[dict]] = None, top_k: int = 3, repeats: int = 3, quick: bool = False,
+         reprofile: bool = False, cost_model=None, baseline: bool = True, progress: bool = True,
+         say: Callable[[str], None] = print) -> dict:
+    """Tune ``model``'s serving settings for ``arrivals`` (a trace's
+    :func:`mlxlab.core.traces.to_arrivals`) under ``slos``; returns the ``tune.json`` document
+    (see the module docstring). ``cost_model``: use this one instead of the device profile."""
+    from mlxlab.core.runner import run_workload
+    from mlxlab.sim.simulator import Simulator
+
+    t0 = time.perf_counter()
+    if repeats < 2:
+        raise ValueError("repeats must be at least 2: the choice needs the engine's run-to-run spread")
+    tenants = sorted({a.tenant for a in arrivals})
+    for s in slos:
+        if s.tenant not in tenants and s.tenant != "all":
+            raise ValueError(f"SLO {s.text}: the trace has no tenant {s.tenant!r} (it has {', '.join(tenants)})")
+    objective = objective or objective_name(tenants)
+    obj_tenant, _ = parse_objective(objective)
+    if obj_tenant not in tenants and obj_tenant != "all":
+        raise ValueError(f"objective {objective}: the trace has no tenant {obj_tenant!r}")
+    grid = grid or default_grid(quick, max(len(a.prompt) for a in arrivals))
+
+    prof = {"cost_model": cost_model, "path": None, "cached": None, "wall_s": 0.0} if cost_model is not None else \
+        cached_profile(model, quick=quick, reprofile=reprofile, say=say)
+    cm = prof["cost_model"]
+    t_prof = time.perf_counter()
+
+    # solo figures: each tenant a relative SLO names, alone on the engine (default settings)
+    solos: Dict[str, dict] = {}
+    ref = {"label": "interleave-2048", "policy": "interleave", "chunk_size": 2048, "options": {}}
+    for t in solo_needed(slos):
+        runs = []
+        for _ in range(repeats):
+            _fresh()
+            runs.append(run_workload(_engine(model, ref), _workload(arrivals, t if t != "all" else None)).summary)
+        solos[t] = _medians(runs, ["all", t] if t != "all" else ["all"])
+        say(f"[tune] {t} alone: " + ", ".join(f"{m} {figure(solos[t], t, m) * 1e3:.1f} ms" for m in
+                                               sorted({s.metric for s in slos if s.tenant == t})))
+    bounds = slo_table(slos, solos)
+
+    # the simulated grid
+    sim_rows = []
+    bar = _bar(len(grid), "tune: simulating") if progress else None
+    for s in grid:
+        sim = Simulator.for_model(model, cm, policy=s["policy"], chunk_size=int(s["chunk_size"]), **s["options"])
+        summ = run_workload(sim, _workload(arrivals)).summary
+        checks = check(summ, slos, solos)
+        sim_rows.append({**s, "summary": _medians([summ], tenants + ["all"]), "checks": checks,
+                         "slo_ratio": worst_ratio(checks), "meets": all(c["met"] for c in checks),
+                         "objective_s": _objective(summ, objective)})
+        if bar is not None:
+            bar.update(1)
+    if bar is not None:
+        bar.close()
+    t_sim = time.perf_counter()
+    frontier = [r["label"] for r in pareto(sim_rows)]
+    ranked = sorted(sim_rows, key=lambda r: (not r["meets"], r["objective_s"] if r["meets"] else r["slo_ratio"]))
+    picked = ranked[:top_k]
+    say(f"[tune] simulated {len(grid)} settings in {t_sim - t_prof:.1f} s; {sum(r['meets'] for r in sim_rows)} meet "
+        f"the SLOs; confirming {', '.join(r['label'] for r in picked)}" + (f" and {BASELINE}" if baseline else ""))
+
+    # the engine: the candidates and mlx-lm's BatchGenerator, repeats outermost, order rotating
+    confirm = [{k: r[k] for k in ("label", "policy", "chunk_size", "options")} for r in picked]
+    if baseline:
+        confirm.append({"label": BASELINE, "policy": BASELINE, "chunk_size": 2048, "options": {}})
+    measured: Dict[str, List[dict]] = {c["label"]: [] for c in confirm}
+    bar = _bar(repeats * len(confirm), "tune: confirming on the engine") if progress else None
+    for r in range(repeats):
+        order = confirm[r % len(confirm):] + confirm[:r % len(confirm)]
+        for c in order:
+            _fresh()
+            measured[c["label"]].append(run_workload(_executor(model, c), _workload(arrivals)).summary)
+            if bar is not None:
+                bar.update(1)
+    if bar is not None:
+        bar.close()
+    t_conf = time.perf_counter()
+
+    sim_by = {r["label"]: r for r in sim_rows}
+    rows = []
+    for c in confirm:
+        runs = measured[c["label"]]
+        med = _medians(runs, tenants + ["all"])
+        objs = [_objective(s, objective) for s in runs]
+        row = {**c, "summary": med, "checks": check(med, slos, solos), "checks_worst": _worst(runs, slos, solos),
+               "objective_s": statistics.median(objs), "objective_range_s": [min(objs), max(objs)],
+               "repeats": len(runs)}
+        row["slo_ratio"] = worst_ratio(row["checks"])
+        s = sim_by.get(c["label"])
+        if s is not None:
+            row["sim_objective_s"] = s["objective_s"]
+            row["sim_error"] = {k: (s[k] - row[k]) / row[k] if row[k] and math.isfinite(row[k]) else None
+                                for k in ("objective_s", "slo_ratio")}
+        rows.append(row)
+    choice = choose([r for r in rows if r["policy"] != BASELINE])
+    base = next((r for r in rows if r["policy"] == BASELINE), None)
+    chosen = next((r for r in rows if r["label"] == choice.label), None)
+    vs_mlx_lm = None
+    if base is not None and chosen is not None and base["objective_s"] > 0:
+        vs_mlx_lm = {"objective_x": chosen["objective_s"] / base["objective_s"],
+                     "slo_ratio_mlx_lm": base["slo_ratio"], "slo_ratio_chosen": chosen["slo_ratio"]}
+    return {"tenants": tenants, "slos": [s.text for s in slos], "bounds_s": bounds, "objective": objective,
+            "solo": solos, "profile": {k: prof[k] for k in ("path", "cached", "wall_s")},
+            "grid": sim_rows, "frontier": frontier, "confirmed": rows, "choice": choice.as_dict(),
+            "vs_mlx_lm": vs_mlx_lm, "wall_s": {"profile": t_prof - t0, "simulate": t_sim - t_prof,
+                                               "confirm": t_conf - t_sim, "total": time.perf_counter() - t0},
+            "not_in_grid": "the engine's overlap modes (prefill on a second stream): the simulator runs serial steps"}
+
+
+def serve_command(doc: dict, model: str, bits=None, dtype=None, config: Optional[str] = None) -> Optional[str]:
+    """The ``mlxlab serve`` line for the chosen setting (None where nothing was chosen)."""
+    label = (doc.get("choice") or {}).get("label")
+    row = next((r for r in doc.get("confirmed", []) if r["label"] == label), None)
+    if row is None:
+        return None
+    parts = ["mlxlab serve", f"--model {model}"]
+    parts += [f"--bits {bits}"] if bits else []
+    parts += [f"--dtype {dtype}"] if dtype else []
+    parts += [f"--policy {row['policy']}", f"--chunk-size {row['chunk_size']}"]
+    parts += [f"--policy-option {k}={json.dumps(v)}" for k, v in sorted(row["options"].items())]
+    line = " ".join(parts)
+    return line + (f"   # or: mlxlab serve --model {model} --config {config}" if config else "")
+
+
+def serve_settings(path: str) -> dict:
+    """The chosen setting of a ``tune.json`` (for ``mlxlab serve --config``): ``policy``,
+    ``chunk_size``, ``options``, ``model``; a ValueError saying what is missing."""
+    doc = json.loads(Path(path).read_text())
+    label = (doc.get("choice") or {}).get("label")
+    row = next((r for r in doc.get("confirmed", []) if r.get("label") == label), None)
+    if row is None or row.get("policy") == BASELINE:
+        raise ValueError(f"{path}: no chosen mlxlab setting in it (its choice: {label!r}); run mlxlab tune first")
+    return {"policy": row["policy"], "chunk_size": int(row["chunk_size"]), "options": dict(row["options"]),
+            "model": (doc.get("parameters") or {}).get("model"), "meets": (doc.get("choice") or {}).get("meets")}
+
+
+def sweep(model, arrivals: list, doc: dict, *, repeats: int = 3, progress: bool = True,
+          say: Callable[[str], None] = print) -> dict:
+    """The exhaustive engine sweep of ``doc``'s grid on the same trace (``mlxlab tune --sweep``):
+    every setting ``repeats`` times, repeats outermost and order rotating, scored against the same
+    SLOs (the solo figures tune measured) and objective. Returns the ``sweep`` block of tune.json."""
+    from mlxlab.core.runner import run_workload
+    from mlxlab.studies.tune.slo import parse_slo
+
+    t0 = time.perf_counter()
+    slos = [parse_slo(s) for s in doc["slos"]]
+    solos, tenants, objective = doc["solo"], doc["tenants"], doc["objective"]
+    grid = [{k: r[k] for k in ("label", "policy", "chunk_size", "options")} for r in doc["grid"]]
+    runs: Dict[str, List[dict]] = {s["label"]: [] for s in grid}
+    bar = _bar(repeats * len(grid), "tune: exhaustive engine sweep") if progress else None
+    for r in range(repeats):
+        for s in grid[r % len(grid):] + grid[:r % len(grid)]:
+            _fresh()
+            runs[s["label"]].append(run_workload(_engine(model, s), _workload(arrivals)).summary)
+            if bar is not None:
+                bar.update(1)
+    if bar is not None:
+        bar.close()
+    rows = []
+    for s in grid:
+        med = _medians(runs[s["label"]], tenants + ["all"])
+        objs = [_objective(x, objective) for x in runs[s["label"]]]
+        checks, worst = check(med, slos, solos), _worst(runs[s["label"]], slos, solos)
+        rows.append({**s, "checks": checks, "slo_ratio": worst_ratio(checks), "meets": all(c["met"] for c in checks),
+                     "meets_worst": all(c["met"] for c in worst), "objective_s": statistics.median(objs),
+                     "objective_range_s": [min(objs), max(objs)]})
+    wall = time.perf_counter() - t0
+    say(f"[tune] sweep: {len(grid)} settings x {repeats} repeats on the engine in {wall:.1f} s")
+    return {"rows": rows, "repeats": repeats, "wall_s": wall}

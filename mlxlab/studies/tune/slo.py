@@ -1,0 +1,163 @@
+"""Service-level objectives and the choice among settings (``mlxlab tune``); pure Python.
+
+An SLO is ``TENANT.METRIC<=VALUE`` with VALUE in milliseconds (``40ms``), seconds (``1.2s``) or
+times the tenant's figure when it runs alone (``2x``, measured in the same run): e.g.
+``chat.itl_p99<=2x``, ``chat.itl_p99<=40ms``, ``batch.ttft_p50<=1.2x``. METRIC is one of
+:data:`METRICS`; TENANT a tenant of the trace or ``all``.
+
+A setting's figures are a run summary (:func:`mlxlab.core.runner.run_workload`'s ``summary``:
+tenant -> ``ttft_s``/``itl_s``/``e2e_s`` percentiles). :func:`check` says per SLO whether a
+summary meets it and by how much (``ratio``: the figure over its bound, at most 1 to pass);
+:func:`pareto` keeps the settings no other beats on both the binding SLO and the objective;
+:func:`choose` picks among measured settings and says why, or, where none meets every SLO, which
+SLO binds and the closest setting.
+"""
+
+from __future__ import annotations
+
+import math
+import re
+from dataclasses import asdict, dataclass
+from typing import Dict, List, Mapping, Optional, Sequence
+
+#: metric name -> (summary key, percentile key)
+METRICS = {"ttft_p50": ("ttft_s", "p50"), "ttft_p90": ("ttft_s", "p90"), "ttft_p99": ("ttft_s", "p99"),
+           "itl_p50": ("itl_s", "p50"), "itl_p90": ("itl_s", "p90"), "itl_p99": ("itl_s", "p99"),
+           "itl_max": ("itl_s", "max"), "e2e_p50": ("e2e_s", "p50"), "e2e_p99": ("e2e_s", "p99")}
+_SLO = re.compile(r"^\s*([A-Za-z0-9_+\-]+)\.([a-z0-9_]+)\s*<=\s*([0-9]*\.?[0-9]+)\s*(x|ms|s)\s*$")
+
+
+@dataclass(frozen=True)
+class SLO:
+    """``tenant.metric <= value`` in ``unit`` ("x": times the tenant's solo figure, "s" or "ms")."""
+
+    tenant: str
+    metric: str
+    value: float
+    unit: str
+
+    @property
+    def text(self) -> str:
+        return f"{self.tenant}.{self.metric}<={self.value:g}{self.unit}"
+
+    def bound_s(self, solo: Optional[Mapping]) -> float:
+        """The bound in seconds: relative ones need the tenant's solo summary."""
+        if self.unit == "s":
+            return self.value
+        if self.unit == "ms":
+            return self.value / 1e3
+        ref = figure(solo, "all" if solo and self.tenant not in solo else self.tenant, self.metric) if solo else None
+        if ref is None or not ref > 0:
+            raise ValueError(f"{self.text}: no solo {self.metric} for tenant {self.tenant!r} to be relative to")
+        return self.value * ref
+
+
+def parse_slo(text: str) -> SLO:
+    """``"chat.itl_p99<=2x"`` -> :class:`SLO`; a ValueError saying the form otherwise."""
+    m = _SLO.match(text)
+    if not m:
+        raise ValueError(f"SLO {text!r}: write TENANT.METRIC<=VALUE with VALUE in ms, s or x (times the tenant's "
+                         f"solo figure), e.g. chat.itl_p99<=2x or batch.ttft_p50<=1.5s")
+    tenant, metric, value, unit = m.groups()
+    if metric not in METRICS:
+        raise ValueError(f"SLO {text!r}: unknown metric {metric!r}; choose one of {', '.join(METRICS)}")
+    if not float(value) > 0:
+        raise ValueError(f"SLO {text!r}: the bound must be above 0")
+    return SLO(tenant, metric, float(value), unit)
+
+
+def figure(summary: Optional[Mapping], tenant: str, metric: str) -> Optional[float]:
+    """A metric of a run summary in seconds (None where the tenant or figure is missing or NaN)."""
+    key, pct = METRICS[metric]
+    try:
+        v = float(summary[tenant][key][pct])  # type: ignore[index]
+    except (KeyError, TypeError, ValueError):
+        return None
+    return None if math.isnan(v) else v
+
+
+def check(summary: Mapping, slos: Sequence[SLO], solos: Mapping[str, Mapping]) -> List[dict]:
+    """Per SLO: the figure, its bound (s), ``ratio`` (figure / bound) and ``met``. ``solos``:
+    tenant -> that tenant's solo summary (for ``x`` bounds)."""
+    out = []
+    for s in slos:
+        bound = s.bound_s(solos.get(s.tenant))
+        v = figure(summary, s.tenant, s.metric)
+        ratio = None if v is None else v / bound
+        out.append({"slo": s.text, "figure_s": v, "bound_s": bound, "ratio": ratio,
+                    "met": ratio is not None and ratio <= 1.0})
+    return out
+
+
+def worst_ratio(checks: Sequence[dict]) -> float:
+    """The binding SLO's ratio (the largest; inf where a figure is missing)."""
+    return max((c["ratio"] if c["ratio"] is not None else math.inf for c in checks), default=0.0)
+
+
+def pareto(points: Sequence[dict], x: str = "slo_ratio", y: str = "objective_s") -> List[dict]:
+    """The points no other point beats on both ``x`` and ``y`` (lower is better on each), sorted by ``x``."""
+    ok = [p for p in points if p.get(x) is not None and p.get(y) is not None and math.isfinite(p[y])]
+    front = [p for p in ok if not any((q[x] <= p[x] and q[y] <= p[y]) and (q[x] < p[x] or q[y] < p[y]) for q in ok)]
+    return sorted(front, key=lambda p: (p[x], p[y]))
+
+
+@dataclass
+class Choice:
+    """What tune recommends: ``label`` (None where nothing was measured), whether it ``meets`` every
+    SLO on the engine, ``binding`` (the SLO closest to or past its bound), and ``why``."""
+
+    label: Optional[str]
+    meets: bool
+    binding: Optional[str]
+    why: str
+
+    def as_dict(self) -> dict:
+        return asdict(self)
+
+
+def choose(rows: Sequence[dict]) -> Choice:
+    """Among measured rows (``label``, ``checks``: per-SLO checks of the median figures,
+    ``checks_worst``: of the worst repeat, ``objective_s``), the best objective among those meeting
+    every SLO in every repeat; else among those whose median meets them (said so); else the one
+    closest to its bounds, naming the SLO that binds. Never silent."""
+    if not rows:
+        return Choice(None, False, None, "nothing was measured")
+    firm = [r for r in rows if all(c["met"] for c in r["checks_worst"])]
+    median = [r for r in rows if all(c["met"] for c in r["checks"])]
+    pool, how = (firm, "met every SLO in every repeat") if firm else (median, "met every SLO at the median "
+                                                                             "(not in every repeat)")
+    if pool:
+        best = min(pool, key=lambda r: r["objective_s"])
+        binding = max(best["checks"], key=lambda c: c["ratio"] or 0.0)["slo"] if best["checks"] else None
+        return Choice(best["label"], True, binding,
+                      f"{best['label']} {how} and had the best objective of the {len(pool)} that did "
+                      f"({best['objective_s'] * 1e3:.1f} ms)")
+    closest = min(rows, key=lambda r: worst_ratio(r["checks"]))
+    bind = max(closest["checks"], key=lambda c: c["ratio"] if c["ratio"] is not None else math.inf)
+    return Choice(closest["label"], False, bind["slo"],
+                  f"no measured setting met every SLO; {bind['slo']} binds: the closest, {closest['label']}, "
+                  f"reached {bind['ratio']:.2f}x its bound" if bind["ratio"] is not None else
+                  f"no measured setting met every SLO; {bind['slo']} has no figure")
+
+
+def objective_name(tenants: Sequence[str]) -> str:
+    """The default objective: the batch tenant's TTFT p50 where there is one (its queueing is the
+    throughput the chat's SLO costs), else every request's."""
+    return "batch.ttft_p50" if "batch" in tenants else "all.ttft_p50"
+
+
+def parse_objective(text: str) -> tuple:
+    tenant, _, metric = text.partition(".")
+    if metric not in METRICS or not tenant:
+        raise ValueError(f"objective {text!r}: write TENANT.METRIC (minimized), METRIC one of {', '.join(METRICS)}")
+    return tenant, metric
+
+
+def solo_needed(slos: Sequence[SLO]) -> List[str]:
+    """The tenants whose solo figures relative SLOs need."""
+    return sorted({s.tenant for s in slos if s.unit == "x"})
+
+
+def slo_table(slos: Sequence[SLO], solos: Mapping[str, Mapping]) -> Dict[str, float]:
+    """SLO text -> its bound in seconds."""
+    return {s.text: s.bound_s(solos.get(s.tenant)) for s in slos}

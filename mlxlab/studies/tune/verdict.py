@@ -1,0 +1,119 @@
+"""Whether ``mlxlab tune`` can be trusted (``mlxlab tune --sweep``): the exhaustive engine sweep of
+the same grid on the same trace, and the claims it decides from stored data.
+
+* ``mlx-tune-regret``: how much worse the tuned choice is on the engine than the best setting the
+  sweep found meeting the SLOs, on the objective (medians over the sweep's repeats, both measured
+  in the sweep, so one set of conditions);
+* ``mlx-tune-rank``: Kendall's tau between the simulated and the measured ranking of the grid, on
+  the objective and on the binding SLO's ratio (the smaller of the two decides);
+* ``mlx-tune-speed``: tune's wall time (profile, simulation, confirmation) over the sweep's.
+
+The simulator's absolute error on the grid (median over settings of |simulated - measured| /
+measured) is kept beside them. Importing this module loads no MLX.
+"""
+
+from __future__ import annotations
+
+import math
+import statistics
+from typing import Dict, List, Mapping, Optional
+
+REGRET_MAX = 0.05
+TAU_MIN = 0.8
+SPEED_MAX = 0.2
+
+
+def _finite(x) -> bool:
+    return x is not None and isinstance(x, (int, float)) and math.isfinite(x)
+
+
+def kendall_tau(a: List[float], b: List[float]) -> Optional[float]:
+    """Kendall's tau-b of two rankings (scipy); None with fewer than 3 finite pairs or no spread."""
+    from scipy.stats import kendalltau
+
+    pairs = [(x, y) for x, y in zip(a, b) if _finite(x) and _finite(y)]
+    if len(pairs) < 3:
+        return None
+    t = kendalltau([p[0] for p in pairs], [p[1] for p in pairs]).statistic
+    return None if t is None or math.isnan(t) else float(t)
+
+
+def evaluation(doc: Mapping) -> dict:
+    """The figures the claims need, from a ``tune.json`` with its ``sweep`` block."""
+    sweep = doc.get("sweep") or {}
+    rows = sweep.get("rows") or []
+    sim = {r["label"]: r for r in doc.get("grid") or []}
+    label = (doc.get("choice") or {}).get("label")
+    feasible = [r for r in rows if r.get("meets_worst")] or [r for r in rows if r.get("meets")]
+    mine = next((r for r in rows if r["label"] == label), None)
+    # with settings meeting the SLOs, regret is on the objective among them; with none, tune picks the
+    # setting closest to its bounds, and regret is on that: the binding SLO's ratio
+    key = "objective_s" if feasible else "slo_ratio"
+    pool = feasible or [r for r in rows if _finite(r.get("slo_ratio"))]
+    best = min(pool, key=lambda r: r[key]) if pool else None
+    out: dict = {"settings": len(rows), "choice": label, "best": best["label"] if best else None,
+                 "feasible": len(feasible), "regret_on": "objective" if feasible else "binding SLO ratio"}
+    if best and mine and best[key] > 0:
+        out["regret"] = mine[key] / best[key] - 1.0
+        out["choice_meets"] = bool(mine.get("meets"))
+        if feasible:
+            out["choice_range_s"], out["best_range_s"] = mine["objective_range_s"], best["objective_range_s"]
+    both = [(sim[r["label"]], r) for r in rows if r["label"] in sim]
+    out["tau_objective"] = kendall_tau([s["objective_s"] for s, _ in both], [m["objective_s"] for _, m in both])
+    out["tau_slo"] = kendall_tau([s["slo_ratio"] for s, _ in both], [m["slo_ratio"] for _, m in both])
+    errs = [abs(s["objective_s"] - m["objective_s"]) / m["objective_s"] for s, m in both
+            if _finite(s["objective_s"]) and _finite(m["objective_s"]) and m["objective_s"] > 0]
+    serr = [abs(s["slo_ratio"] - m["slo_ratio"]) / m["slo_ratio"] for s, m in both
+            if _finite(s["slo_ratio"]) and _finite(m["slo_ratio"]) and m["slo_ratio"] > 0]
+    out["sim_error_objective"] = statistics.median(errs) if errs else None
+    out["sim_error_slo_ratio"] = statistics.median(serr) if serr else None
+    tw, sw = (doc.get("wall_s") or {}).get("total"), sweep.get("wall_s")
+    out["tune_wall_s"], out["sweep_wall_s"] = tw, sw
+    out["speed_x"] = tw / sw if _finite(tw) and _finite(sw) and sw > 0 else None
+    return out
+
+
+def _fair(doc: Mapping) -> str:
+    t = (doc.get("trace") or {})
+    return (f"Tune and the sweep on one model object and one trace ({t.get('requests', '?')} requests, "
+            f"{t.get('format', '?')} format), the sweep running every grid setting "
+            f"{(doc.get('sweep') or {}).get('repeats', '?')} times in rotating order after tune; the trace was never "
+            f"used to fit the profile (a fixed device grid).")
+
+
+def tune_verdicts(doc: Mapping) -> List[Dict]:
+    from mlxlab.core.claims import verdict
+
+    e = evaluation(doc)
+    fair = _fair(doc)
+    if not doc.get("sweep"):
+        why = "no exhaustive engine sweep in these results (mlxlab tune --sweep)"
+        return [verdict(c, "not measured", measured=None, rule=why, fairness=fair)
+                for c in ("mlx-tune-regret", "mlx-tune-rank", "mlx-tune-speed")]
+    out = []
+    rule = (f"The chosen setting's objective over the best SLO-meeting setting's, both medians of the sweep's engine "
+            f"repeats, less 1 (where no setting met the SLOs, the same on the binding SLO's ratio, which tune then "
+            f"minimizes). Reproduced at most {REGRET_MAX:.0%}; inconclusive above it while the two settings' "
+            f"objective ranges over the repeats overlap (the sweep cannot tell them apart); not reproduced otherwise.")
+    if e.get("regret") is None:
+        out.append(verdict("mlx-tune-regret", "not measured", measured=e, rule=rule, fairness=fair))
+    else:
+        overlap = "choice_range_s" in e and e["choice_range_s"][0] <= e["best_range_s"][1]
+        v = "reproduced" if e["regret"] <= REGRET_MAX else "inconclusive" if overlap else "not reproduced"
+        out.append(verdict("mlx-tune-regret", v, measured={**e, "within_noise": v == "inconclusive"}, rule=rule,
+                           fairness=fair))
+    taus = [t for t in (e["tau_objective"], e["tau_slo"]) if t is not None]
+    rule = (f"Kendall's tau-b between the simulated and the measured values over the sweep's settings, on the "
+            f"objective and on the binding SLO's ratio; reproduced when both are at least {TAU_MIN:g}.")
+    out.append(verdict("mlx-tune-rank", "not measured" if not taus else
+                       ("reproduced" if min(taus) >= TAU_MIN else "not reproduced"), measured=e, rule=rule,
+                       fairness=fair))
+    rule = f"Tune's wall time over the exhaustive sweep's; reproduced at most {SPEED_MAX:g}."
+    out.append(verdict("mlx-tune-speed", "not measured" if e["speed_x"] is None else
+                       ("reproduced" if e["speed_x"] <= SPEED_MAX else "not reproduced"), measured=e, rule=rule,
+                       fairness=fair))
+    return out
+
+
+def decide_stored(doc: dict, path=None) -> List[Dict]:
+    return tune_verdicts(doc)

@@ -1,0 +1,151 @@
+"""``mlxlab tune`` (mlxlab.studies.tune): SLOs parsed or refused, the frontier and the choice (never
+silent where nothing meets the SLOs), the regret/rank/speed verdicts from a stored sweep, the serve
+settings a tune.json hands ``mlxlab serve --config``, and one quick end-to-end run on the tiny
+model from a trace file to a recommendation."""
+
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from mlxlab.studies.tune.run import BASELINE, default_grid, serve_command, serve_settings
+from mlxlab.studies.tune.slo import check, choose, parse_objective, parse_slo, pareto
+from mlxlab.studies.tune.verdict import kendall_tau, tune_verdicts
+
+ROOT = Path(__file__).resolve().parent.parent
+
+
+def _summary(chat_itl_p99, batch_ttft_p50):
+    nan = float("nan")
+    return {"chat": {"itl_s": {"p50": nan, "p99": chat_itl_p99, "max": nan}, "ttft_s": {"p50": 0.1}},
+            "batch": {"ttft_s": {"p50": batch_ttft_p50}}}
+
+
+def test_slos_parse_in_ms_s_and_times_solo_and_bad_ones_say_the_form():
+    s = parse_slo("chat.itl_p99<=2x")
+    assert (s.tenant, s.metric, s.value, s.unit) == ("chat", "itl_p99", 2.0, "x")
+    assert parse_slo(" batch.ttft_p50 <= 1.5s ").bound_s(None) == 1.5
+    assert parse_slo("chat.itl_p99<=40ms").bound_s(None) == pytest.approx(0.04)
+    assert s.bound_s({"chat": {"itl_s": {"p99": 0.01}}}) == pytest.approx(0.02)
+    for bad, words in [("chat.itl_p99<2x", "TENANT.METRIC<=VALUE"), ("chat.speed<=2x", "unknown metric"),
+                       ("chat.itl_p99<=0x", "above 0"), ("itl_p99<=2x", "TENANT.METRIC")]:
+        with pytest.raises(ValueError, match=words):
+            parse_slo(bad)
+    with pytest.raises(ValueError, match="no solo itl_p99"):
+        s.bound_s(None)
+    with pytest.raises(ValueError, match="TENANT.METRIC"):
+        parse_objective("ttft")
+
+
+def test_pareto_keeps_only_settings_no_other_beats_on_both():
+    pts = [{"label": "a", "slo_ratio": 0.5, "objective_s": 3.0}, {"label": "b", "slo_ratio": 1.0, "objective_s": 1.0},
+           {"label": "c", "slo_ratio": 1.2, "objective_s": 2.0}, {"label": "d", "slo_ratio": 0.5, "objective_s": 4.0}]
+    assert [p["label"] for p in pareto(pts)] == ["a", "b"]
+
+
+def _row(label, med, worst, obj):
+    slos = [parse_slo("chat.itl_p99<=20ms")]
+    return {"label": label, "checks": check(_summary(med, obj), slos, {}),
+            "checks_worst": check(_summary(worst, obj), slos, {}), "objective_s": obj}
+
+
+def test_the_choice_prefers_every_repeat_meeting_the_slos_then_the_median_and_names_the_binding_slo():
+    firm, lucky, fast = _row("firm", 0.015, 0.019, 2.0), _row("lucky", 0.018, 0.03, 1.0), _row("fast", 0.05, 0.06, 0.5)
+    c = choose([firm, lucky, fast])
+    assert c.label == "firm" and c.meets and "every repeat" in c.why  # not the faster one that met it only at the median
+    c = choose([lucky, fast])
+    assert c.label == "lucky" and c.meets and "median" in c.why
+    c = choose([fast, _row("slow", 0.03, 0.04, 3.0)])
+    assert c.label == "slow" and not c.meets and c.binding == "chat.itl_p99<=20ms" and "1.50x its bound" in c.why
+
+
+def test_the_grid_leaves_out_chunks_past_the_longest_prompt():
+    labels = [g["label"] for g in default_grid(max_prompt=700)]
+    assert "interleave-256" in labels and "interleave-1024" in labels and "interleave-2048" not in labels
+    assert any(g["policy"] == "stall_free" and g["options"] == {"token_budget": 512} for g in default_grid())
+
+
+def _doc(sim, meas, tune_s=10.0, sweep_s=100.0, choice="a"):
+    grid = [{"label": k, "policy": "interleave", "chunk_size": 64, "options": {}, "objective_s": o, "slo_ratio": r}
+            for k, (o, r) in sim.items()]
+    rows = [{"label": k, "objective_s": o, "objective_range_s": rng, "slo_ratio": r, "meets": r <= 1,
+             "meets_worst": r <= 1} for k, (o, r, rng) in meas.items()]
+    return {"grid": grid, "choice": {"label": choice}, "wall_s": {"total": tune_s},
+            "sweep": {"rows": rows, "repeats": 3, "wall_s": sweep_s}, "trace": {"requests": 4, "format": "mlxlab"}}
+
+
+def test_regret_rank_and_speed_are_decided_from_the_stored_sweep():
+    sim = {"a": (1.0, 0.5), "b": (2.0, 0.7), "c": (3.0, 0.9), "d": (4.0, 1.5)}
+    meas = {"a": (1.02, 0.6, [1.0, 1.05]), "b": (2.1, 0.8, [2.0, 2.2]), "c": (3.2, 0.95, [3.1, 3.3]),
+            "d": (4.1, 1.6, [4.0, 4.2])}
+    v = {r["claim"]: r for r in tune_verdicts(_doc(sim, meas))}
+    assert v["mlx-tune-regret"]["verdict"] == "reproduced" and v["mlx-tune-regret"]["measured"]["regret"] == 0.0
+    assert v["mlx-tune-rank"]["verdict"] == "reproduced" and v["mlx-tune-rank"]["measured"]["tau_objective"] == 1.0
+    assert v["mlx-tune-speed"]["verdict"] == "reproduced" and v["mlx-tune-speed"]["measured"]["speed_x"] == 0.1
+    # choosing b: 2.1 against a's 1.02, and their repeats do not overlap
+    v = {r["claim"]: r for r in tune_verdicts(_doc(sim, meas, tune_s=50.0, choice="b"))}
+    assert v["mlx-tune-regret"]["verdict"] == "not reproduced" and v["mlx-tune-speed"]["verdict"] == "not reproduced"
+    # two settings the repeats cannot tell apart
+    meas2 = dict(meas, b=(1.1, 0.8, [0.95, 1.2]))
+    v = {r["claim"]: r for r in tune_verdicts(_doc(sim, meas2, choice="b"))}
+    assert v["mlx-tune-regret"]["verdict"] == "inconclusive"
+    # the simulator ranking them backwards
+    v = {r["claim"]: r for r in tune_verdicts(_doc({k: (5 - o, 2 - r) for k, (o, r) in sim.items()}, meas))}
+    assert v["mlx-tune-rank"]["verdict"] == "not reproduced"
+    assert all(r["verdict"] == "not measured" for r in tune_verdicts({"grid": [], "choice": {}}))
+    assert kendall_tau([1, 2], [1, 2]) is None  # too few pairs to rank
+
+
+def test_a_tune_json_hands_serve_its_choice_and_refuses_one_without(tmp_path):
+    doc = {"choice": {"label": "stall_free-512", "meets": True}, "parameters": {"model": "small"},
+           "confirmed": [{"label": "stall_free-512", "policy": "stall_free", "chunk_size": 2048,
+                          "options": {"token_budget": 512}},
+                         {"label": BASELINE, "policy": BASELINE, "chunk_size": 2048, "options": {}}]}
+    p = tmp_path / "tune.json"
+    p.write_text(json.dumps(doc))
+    assert serve_settings(str(p)) == {"policy": "stall_free", "chunk_size": 2048, "options": {"token_budget": 512},
+                                      "model": "small", "meets": True}
+    assert serve_command(doc, "small") == ("mlxlab serve --model small --policy stall_free --chunk-size 2048 "
+                                           "--policy-option token_budget=512")
+    p.write_text(json.dumps(dict(doc, choice={"label": BASELINE})))
+    with pytest.raises(ValueError, match="no chosen mlxlab setting"):
+        serve_settings(str(p))
+
+
+def test_mlxlab_tune_on_a_trace_ends_with_a_choice_a_serve_line_and_its_files(tmp_path):
+    data = tmp_path / "data"
+    for sub in ("models", "claims"):
+        src = ROOT / "data" / sub
+        if src.is_dir():
+            import shutil
+
+            shutil.copytree(src, data / sub)
+    trace = tmp_path / "mooncake.jsonl"
+    rows = [{"timestamp": 0, "input_length": 200, "output_length": 6, "hash_ids": [1]},
+            {"timestamp": 10, "input_length": 40, "output_length": 12, "hash_ids": []},
+            {"timestamp": 20, "input_length": 300, "output_length": 4, "hash_ids": [1, 2]},
+            {"timestamp": 30, "input_length": 40, "output_length": 12, "hash_ids": []}]
+    trace.write_text("".join(json.dumps(r) + "\n" for r in rows))
+    env = {**os.environ, "MLXLAB_DATA": str(data)}
+    cmd = [sys.executable, "-m", "mlxlab.cli", "tune", "--model", "tiny", "--dtype", "float32", "--trace", str(trace),
+           "--split-tokens", "100", "--length-scale", "0.5", "--slo", "chat.itl_p99<=3x", "--quick", "--repeats", "2",
+           "--top-k", "1", "--platform", "scratch"]
+    out = subprocess.run(cmd, capture_output=True, text=True, timeout=600, env=env, cwd=tmp_path)
+    assert out.returncode == 0, out.stderr[-3000:]
+    assert "serve it:" in out.stdout and "mlxlab serve --model tiny" in out.stdout
+    path = Path(out.stdout.strip().splitlines()[-1].removeprefix("wrote "))
+    doc = json.loads(path.read_text())
+    assert doc["trace"]["tenants"] == {"batch": 2, "chat": 2} and doc["slos"] == ["chat.itl_p99<=3x"]
+    assert len(doc["grid"]) == len(default_grid(True, 150)) and doc["frontier"]
+    assert {r["label"] for r in doc["confirmed"]} >= {BASELINE} and doc["choice"]["label"] != BASELINE
+    assert doc["solo"]["chat"] and doc["profile"]["cached"] is False and (path.parent / "tune.png").is_file()
+    assert "mooncake.jsonl" in doc["environment"]["argv"] and str(tmp_path) not in json.dumps(doc["parameters"])
+    assert str(tmp_path) not in json.dumps(doc["environment"]["argv"])
+    assert serve_settings(str(path))["policy"] == next(r["policy"] for r in doc["confirmed"]
+                                                       if r["label"] == doc["choice"]["label"])
+    again = subprocess.run(cmd + ["--top-k", "1", "--no-baseline"], capture_output=True, text=True, timeout=600,
+                           env=env, cwd=tmp_path)
+    assert again.returncode == 0 and "profile from the cache" in again.stdout  # the second run reuses the profile
