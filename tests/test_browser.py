@@ -232,3 +232,37 @@ def test_chunk_slider_redraws_the_chart_in_jupyterlab(tmp_path, monkeypatch):
             except ProcessLookupError:
                 pass
             proc.wait(timeout=10)
+
+
+def test_the_tune_explorer_slider_moves_the_choice_in_static_html(tmp_path, monkeypatch):
+    """The tune explorer saved as one HTML file (no kernel, no network): moving its slider in
+    headless Chromium moves the ringed choice to another setting of the precomputed grid."""
+    if not Path(CHROMIUM).exists():
+        pytest.skip(f"no Chromium at {CHROMIUM} (Debian: apt-get install chromium)")
+    sync_api = pytest.importorskip("playwright.sync_api", reason="the playwright package is not installed")
+    from mlxlab.studies.tune.charts import explorer_chart, save_explorer
+
+    grid = [{"label": f"interleave-{c}", "policy": "interleave", "objective_s": 50.0 / c, "slo_ratio": c / 512,
+             "checks": [{"slo": "chat.itl_p99<=8x", "figure_s": c / 1000, "bound_s": 0.3, "ratio": c / 300}]}
+            for c in (64, 128, 256, 512, 1024)]
+    page_path = save_explorer(explorer_chart({"grid": grid, "objective": "batch.ttft_p50"}), tmp_path / "x.html")
+    monkeypatch.delenv("LD_PRELOAD", raising=False)  # as above: Chromium must not inherit OpenBLAS
+
+    def chosen(page) -> str:  # the label beside the ring: the one text naming a setting
+        return page.evaluate("""() => [...document.querySelectorAll('svg text')].map(t => t.textContent)
+            .filter(t => t.startsWith('interleave-')).join('|')""")
+
+    with sync_api.sync_playwright() as pw:
+        browser = pw.chromium.launch(executable_path=CHROMIUM, args=CHROMIUM_ARGS, headless=True)
+        try:
+            page = browser.new_page()
+            page.goto(page_path.as_uri())
+            page.locator("svg text").first.wait_for(timeout=30_000)
+            assert chosen(page) == "interleave-256"  # the bound starts at the SLO's 300 ms
+            slider = page.locator("input[type=range]")
+            slider.evaluate("(el) => { el.value = el.max; el.dispatchEvent(new Event('input', {bubbles: true})); }")
+            page.wait_for_function("() => [...document.querySelectorAll('svg text')].some(t => "
+                                   "t.textContent === 'interleave-1024')", timeout=10_000)
+            assert chosen(page) == "interleave-1024"  # every setting under the bound: the fastest objective
+        finally:
+            browser.close()

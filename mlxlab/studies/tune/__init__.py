@@ -5,5 +5,6 @@ exhaustive engine sweep (``--sweep``): ``slo.py`` (SLOs, the frontier, the choic
 ``charts.py`` (the frontier figure)."""
 from mlxlab.studies.base import Study
 
-STUDY = Study("tune", "Tuning for a trace", ("tune",), paper="13. Tuning for your traffic", command="mlxlab tune",
+STUDY = Study("tune", "Tuning for a trace", ("tune",), paper="13. Tuning for your traffic", notebook="09_tune",
+              command="mlxlab tune",
               decide="mlxlab.studies.tune.verdict:decide_stored", charts="mlxlab.studies.tune.charts:tune_chart")

@@ -71,3 +71,54 @@ def tune_chart(doc: Mapping) -> alt.LayerChart:
         subtitle=[f"SLOs {', '.join(doc.get('slos', []))}; hollow: simulated, filled: measured (bars: repeats)",
                   "dashed grey: the simulated Pareto frontier; ringed: the choice"])
     return alt.layer(*layers).properties(width=460, height=320, title=title)
+
+
+def explorer_chart(doc: Mapping, tenant_metric: str = "") -> alt.LayerChart:
+    """The frontier with a slider over the SLO's bound, working without a kernel (a Vega-Lite
+    parameter over the precomputed grid, so the static HTML of the notebook and of the paper moves
+    too): every simulated setting on the plane of its first SLO's figure (ms) against the objective;
+    those at or under the slider's bound are drawn filled, and the best objective among them is
+    ringed as the choice the simulation makes at that bound."""
+    grid = [r for r in doc.get("grid", []) if r.get("checks")]
+    if not grid:
+        raise ValueError("no simulated setting with an SLO figure to explore")
+    slo = grid[0]["checks"][0]["slo"]
+    df = pd.DataFrame([{"label": r["label"], "policy": r["policy"], "x": _ms(r["checks"][0]["figure_s"]),
+                        "y": _ms(r["objective_s"])} for r in grid]).dropna()
+    if df.empty:
+        raise ValueError("no simulated setting has a finite SLO figure and objective")
+    lo, hi = float(df["x"].min()), float(df["x"].max())
+    bound0 = _ms(grid[0]["checks"][0]["bound_s"])
+    start = min(max(bound0, lo), hi) if math.isfinite(bound0) else hi
+    bound = alt.param(name="bound", value=round(start, 3),
+                      bind=alt.binding_range(min=round(lo * 0.95, 3), max=round(hi * 1.05, 3),
+                                             step=max(round((hi - lo) / 200, 4), 1e-4),
+                                             name=f"{slo.split('<=')[0]} bound (ms) "))
+    x = alt.X("x:Q", title=f"simulated {slo.split('<=')[0]} (ms)", scale=alt.Scale(zero=False))
+    y = alt.Y("y:Q", title=f"simulated objective: {doc.get('objective', '?')} (ms)", scale=alt.Scale(zero=False))
+    base = alt.Chart(df)
+    dots = base.mark_point(size=80).encode(
+        x=x, y=y, color=alt.Color("policy:N", title="policy"),
+        fill=alt.condition("datum.x <= bound", alt.Color("policy:N"), alt.value("transparent")),
+        tooltip=["label", alt.Tooltip("x:Q", format=".1f"), alt.Tooltip("y:Q", format=".1f")]).add_params(bound)
+    rule = alt.Chart(pd.DataFrame({"z": [0]})).transform_calculate(b="bound").mark_rule(
+        strokeDash=[4, 3], color="#2f6e4e").encode(x="b:Q")
+    chosen = base.transform_filter("datum.x <= bound").transform_joinaggregate(best="min(y)").transform_filter(
+        "datum.y == datum.best")
+    ring = chosen.mark_point(size=420, strokeWidth=2, color="#111").encode(x=x, y=y)
+    name = chosen.mark_text(align="left", dx=14, dy=-10, fontSize=11, fontWeight="bold").encode(x=x, y=y, text="label:N")
+    return alt.layer(dots, rule, ring, name).properties(
+        width=460, height=300, title=alt.TitleParams(
+            "Move the bound: the best simulated setting meeting it",
+            subtitle="filled: at or under the bound; ringed: the lowest objective among them"))
+
+
+def save_explorer(chart: alt.TopLevelMixin, path) -> "Path":
+    """Write ``chart`` as one self-contained HTML file (Vega, Vega-Lite and vega-embed inlined, the
+    SVG renderer): it opens offline, and its slider moves without a kernel."""
+    from pathlib import Path
+
+    path = Path(path)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    chart.save(str(path), format="html", inline=True, embed_options={"renderer": "svg", "actions": False})
+    return path

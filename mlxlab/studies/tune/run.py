@@ -53,32 +53,52 @@ def default_grid(quick: bool = False, max_prompt: int = 4096) -> List[dict]:
 
 
 # ------------------------------------------------------------------------------ profile
-def profile_key(model, quick: bool) -> str:
+def profile_grid(arrivals: list, grid: List[dict], quick: bool = False) -> dict:
+    """A device-profile grid sized to the trace and the settings (what
+    :func:`mlxlab.sim.measure.profile_device` takes): the grid's chunk sizes and token budgets up to
+    the longest prompt, and a small chunk for prompts' last pieces; contexts from empty to the
+    longest prompt; decode batches up to the requests that could decode at once; decode contexts up
+    to the longest request. Profiling what the trace never asks for costs time and buys nothing."""
+    longest = max(len(a.prompt) + a.max_tokens for a in arrivals)
+    sizes = {int(s["chunk_size"]) for s in grid} | {int(s["options"].get("token_budget", 0)) for s in grid}
+    chunks = sorted({min(c, longest) for c in sizes if c > 0})
+    small = max(8, chunks[0] // 4)
+    tenants = len({(a.tenant, a.key) for a in arrivals})
+    top = max(1, min(8, tenants))
+    return dict(prefill_tokens=tuple(sorted({small, *chunks[-3:]})),
+                contexts=tuple(sorted({0, max(0, longest // 2 - chunks[0]), max(0, longest - chunks[0])})),
+                decode_batches=tuple(sorted({1, max(1, top // 2), top})),
+                decode_contexts=tuple(sorted({32, max(32, longest // 2), max(32, longest)})),
+                repeats=1 if quick else 2, fill_chunk=max(chunks))
+
+
+def profile_key(model, pgrid: dict) -> str:
     from mlxlab.core.environment import device_summary
 
     d = device_summary()
     parts = [getattr(model, "name", "model"), str(getattr(model, "dtype", "")), str(getattr(model, "bits", None)),
-             d["device"], d["device_name"], d["mlx"], d["mlx_lm"], d["blas"], "quick" if quick else "full"]
+             d["device"], d["device_name"], d["mlx"], d["mlx_lm"], d["blas"], json.dumps(pgrid, sort_keys=True)]
     return hashlib.sha1("|".join(parts).encode()).hexdigest()[:16]
 
 
-def cached_profile(model, *, quick: bool = False, reprofile: bool = False,
-                   say: Callable[[str], None] = print) -> dict:
-    """The device profile for ``model`` from the cache, or measured now (and cached). Returns
-    ``{"cost_model", "path", "cached", "key", "wall_s"}``."""
+def cached_profile(model, pgrid: dict, *, reprofile: bool = False, say: Callable[[str], None] = print) -> dict:
+    """The device profile of ``model`` over ``pgrid`` (:func:`profile_grid`) from the cache
+    (``data/profiles/cache/``, keyed by the model, dtype, bits, device, mlx, mlx-lm, BLAS and the
+    grid), or measured now and cached. Returns ``{"cost_model", "path", "cached", "key", "grid",
+    "wall_s"}``."""
     from mlxlab.sim.measure import profile_device
-    from mlxlab.sim.profiles import PROFILE_DEFAULTS, QUICK_DEFAULTS, cost_model_from_dict, save_profile
+    from mlxlab.sim.profiles import cost_model_from_dict, save_profile
 
-    key = profile_key(model, quick)
+    key = profile_key(model, pgrid)
     path = data_dir() / "profiles" / "cache" / f"{Path(str(getattr(model, 'name', 'model'))).name}-{key}.json"
     if path.is_file() and not reprofile:
         say(f"[tune] profile from the cache: {path}")
         return {"cost_model": cost_model_from_dict(json.loads(path.read_text())), "path": str(path), "cached": True,
-                "key": key, "wall_s": 0.0}
-    say(f"[tune] profiling {getattr(model, 'name', 'model')} on this device ({'quick' if quick else 'full'} grid)")
-    prof = profile_device(model, **(QUICK_DEFAULTS if quick else PROFILE_DEFAULTS), log=say)
+                "key": key, "grid": pgrid, "wall_s": 0.0}
+    say(f"[tune] profiling {getattr(model, 'name', 'model')} on this device: {pgrid}")
+    prof = profile_device(model, **pgrid, log=say)
     save_profile(prof, path=path)
-    return {"cost_model": cost_model_from_dict(prof), "path": str(path), "cached": False, "key": key,
+    return {"cost_model": cost_model_from_dict(prof), "path": str(path), "cached": False, "key": key, "grid": pgrid,
             "wall_s": prof.get("wall_s", 0.0)}
 
 
@@ -165,8 +185,9 @@ def tune(model, arrivals: list, slos: Sequence[SLO], *, objective: Optional[str]
         raise ValueError(f"objective {objective}: the trace has no tenant {obj_tenant!r}")
     grid = grid or default_grid(quick, max(len(a.prompt) for a in arrivals))
 
-    prof = {"cost_model": cost_model, "path": None, "cached": None, "wall_s": 0.0} if cost_model is not None else \
-        cached_profile(model, quick=quick, reprofile=reprofile, say=say)
+    prof = {"cost_model": cost_model, "path": None, "cached": None, "grid": None, "wall_s": 0.0} \
+        if cost_model is not None else cached_profile(model, profile_grid(arrivals, grid, quick), reprofile=reprofile,
+                                                      say=say)
     cm = prof["cost_model"]
     t_prof = time.perf_counter()
 
@@ -245,7 +266,8 @@ def tune(model, arrivals: list, slos: Sequence[SLO], *, objective: Optional[str]
         vs_mlx_lm = {"objective_x": chosen["objective_s"] / base["objective_s"],
                      "slo_ratio_mlx_lm": base["slo_ratio"], "slo_ratio_chosen": chosen["slo_ratio"]}
     return {"tenants": tenants, "slos": [s.text for s in slos], "bounds_s": bounds, "objective": objective,
-            "solo": solos, "profile": {k: prof[k] for k in ("path", "cached", "wall_s")},
+            "solo": solos, "profile": {"path": Path(prof["path"]).name if prof["path"] else None,
+                        **{k: prof[k] for k in ("cached", "grid", "wall_s")}},
             "grid": sim_rows, "frontier": frontier, "confirmed": rows, "choice": choice.as_dict(),
             "vs_mlx_lm": vs_mlx_lm, "wall_s": {"profile": t_prof - t0, "simulate": t_sim - t_prof,
                                                "confirm": t_conf - t_sim, "total": time.perf_counter() - t0},
