@@ -138,7 +138,7 @@ def cli_tune(args: argparse.Namespace) -> int:
     if params["trace"]:  # the trace by its name: no machine paths in results
         params["trace"] = Path(args.trace).name
         sys.argv = [Path(a).name if a == args.trace else a for a in sys.argv]
-    doc["parameters"] = {"model": args.model}
+    doc["parameters"] = params  # what save_results stores as the run's parameters (the model among them)
     path = save_results(args.name, doc, platform=plat, folder=folder, parameters=params,
                         verdicts=tune_verdicts(doc) if args.sweep else None)
     ch = doc["choice"]

@@ -16,13 +16,16 @@
 quick = True
 platform = None
 model_name = None              # None: tiny (quick) or small (full)
-dtype = "float32"
+bits = None                    # quantize the weights (4 on a GPU)
+dtype = "float32"              # None: the device's default
 trace = None                   # a trace file; None: the committed sample data/traces/samples/seed001_scene_tiny.jsonl
 trace_format = "auto"          # auto, mlxlab, mooncake or azure
 split_tokens = None            # an imported trace: prompts of this many tokens or more are "batch", the rest "chat"
 length_scale = 1.0             # an imported trace's lengths x this
 time_scale = 1.0               # its arrival times x this
-slos = ["chat.itl_p99<=3x"]
+slo_tenant = "chat"            # the SLO is slo_tenant.slo_metric at most slo_bound (ms, s, or x: times the tenant alone)
+slo_metric = "itl_p99"
+slo_bound = "3x"
 objective = None               # None: batch.ttft_p50 where the trace has a batch tenant
 top_k = None                   # None: 1 (quick) or 3 (full)
 repeats = None                 # None: 2 (quick) or 3 (full)
@@ -46,13 +49,14 @@ from mlxlab.studies.tune.verdict import tune_verdicts
 
 S = nb.setup(quick, platform, results_dir, figures_dir)
 model_name = model_name or ("tiny" if quick else "small")
-model = load_model(model_name, dtype=dtype)
+model = load_model(model_name, bits=bits, dtype=dtype)
 path = Path(trace) if trace else data_dir() / "traces" / "samples" / "seed001_scene_tiny.jsonl"
 tr = read_trace(path, trace_format, split_tokens=split_tokens)
 if length_scale != 1.0 or time_scale != 1.0:
     tr = scale_trace(tr, time_scale=time_scale, length_scale=length_scale)
 vocab, ctx = model_limits(model)
 arrivals = to_arrivals(tr, vocab)
+slos = [f"{slo_tenant}.{slo_metric}<={slo_bound}"]
 pd.DataFrame([tr.summary()]).T
 
 # %% [markdown]
@@ -68,7 +72,7 @@ doc["parameters"] = {"model": model_name}
 if sweep:
     doc["sweep"] = tune_sweep(model, arrivals, doc, repeats=repeats or (2 if quick else 3))
 print(doc["choice"]["why"])
-print(serve_command(doc, model_name, dtype=dtype) or "no setting to serve")
+print(serve_command(doc, model_name, bits=bits, dtype=dtype) or "no setting to serve")
 pd.DataFrame([{"setting": r["label"], "objective_ms": r["objective_s"] * 1e3, "worst_slo_ratio": r["slo_ratio"],
                "simulated_objective_ms": r.get("sim_objective_s", float("nan")) * 1e3}
               for r in doc["confirmed"]]).round(2)

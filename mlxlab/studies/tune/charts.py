@@ -34,17 +34,18 @@ def tune_chart(doc: Mapping) -> alt.LayerChart:
                          for r in doc.get("confirmed", []) if math.isfinite(r["slo_ratio"])])
     if sim.empty and conf.empty:
         raise ValueError("nothing to draw: no setting has a finite SLO ratio")
-    xs = list(sim["x"]) + list(conf["x"]) + [1.0]
-    ys = [v for v in list(sim["y"]) + list(conf.get("lo", [])) + list(conf.get("hi", [])) if math.isfinite(v)]
-    xdom = [0, max(xs) * 1.1]
+    xs = [v for v in list(sim.get("x", [])) + list(conf.get("x", [])) + [1.0] if v > 0]
+    ys = [v for v in list(sim.get("y", [])) + list(conf.get("lo", [])) + list(conf.get("hi", [])) if math.isfinite(v)]
+    xdom = [min(xs) / 1.5, max(xs) * 1.5]  # ratios span orders of magnitude: a log axis
     ydom = [0, max(ys) * 1.1 if ys else 1]
-    x = alt.X("x:Q", scale=alt.Scale(domain=xdom), title="binding SLO: its figure over its bound (≤ 1 meets every SLO)")
+    x = alt.X("x:Q", scale=alt.Scale(type="log", domain=xdom, nice=False),
+              title="binding SLO: its figure over its bound (≤ 1 meets every SLO; log)")
     y = alt.Y("y:Q", scale=alt.Scale(domain=ydom), title=f"objective: {doc.get('objective', '?')} (ms)")
     policies = sorted(set(sim.get("policy", [])) | set(conf.get("policy", [])))
     color = alt.Color("policy:N", scale=alt.Scale(domain=policies, range=[
         "#7f8c8d" if p == "mlx-lm" else PALETTE[i % len(PALETTE)] for i, p in enumerate(policies)]), title="policy")
-    region = alt.Chart(pd.DataFrame({"x0": [0.0], "x1": [1.0]})).mark_rect(opacity=0.1, color=PALETTE[2]).encode(
-        x=alt.X("x0:Q", scale=alt.Scale(domain=xdom)), x2="x1:Q")
+    region = alt.Chart(pd.DataFrame({"x0": [xdom[0]], "x1": [1.0]})).mark_rect(opacity=0.1, color=PALETTE[2]).encode(
+        x=alt.X("x0:Q", scale=alt.Scale(type="log", domain=xdom, nice=False)), x2="x1:Q")
     edge = alt.Chart(pd.DataFrame({"x": [1.0]})).mark_rule(strokeDash=[4, 3], color="#2f6e4e").encode(x="x:Q")
     layers = [region, edge]
     if not sim.empty:
@@ -60,8 +61,13 @@ def tune_chart(doc: Mapping) -> alt.LayerChart:
         layers.append(alt.Chart(conf).mark_rule().encode(x=x, y="lo:Q", y2="hi:Q", color=color))
         layers.append(alt.Chart(conf).mark_point(filled=True, size=90).encode(
             x=x, y=y, color=color, tooltip=["label", alt.Tooltip("x:Q", format=".2f"), alt.Tooltip("y:Q", format=".1f")]))
-        layers.append(alt.Chart(conf).mark_text(align="left", dx=8, dy=-6, fontSize=10).encode(
-            x=x, y=y, text="label:N", color=color))
+        conf = conf.sort_values(["x", "y"]).reset_index(drop=True)  # neighbours' labels alternate above and below
+        conf["dy"] = [-10 if i % 2 == 0 else 14 for i in range(len(conf))]
+        conf["right"] = conf.index == len(conf) - 1  # the rightmost label to the left of its point, inside the plot
+        for (dy, right), part in conf.groupby(["dy", "right"]):
+            layers.append(alt.Chart(part).mark_text(align="right" if right else "left", dx=-9 if right else 9,
+                                                    dy=int(dy), fontSize=10).encode(x=x, y=y, text="label:N",
+                                                                                    color=color))
         chosen = conf[conf["label"] == (doc.get("choice") or {}).get("label")]
         if not chosen.empty:
             layers.append(alt.Chart(chosen).mark_point(size=420, strokeWidth=2, color="#111").encode(x=x, y=y))

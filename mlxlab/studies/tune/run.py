@@ -57,14 +57,13 @@ def profile_grid(arrivals: list, grid: List[dict], quick: bool = False) -> dict:
     """A device-profile grid sized to the trace and the settings (what
     :func:`mlxlab.sim.measure.profile_device` takes): the grid's chunk sizes and token budgets up to
     the longest prompt, and a small chunk for prompts' last pieces; contexts from empty to the
-    longest prompt; decode batches up to the requests that could decode at once; decode contexts up
+    longest prompt; decode batches of 1 to 8 rows (fewer for a shorter trace); decode contexts up
     to the longest request. Profiling what the trace never asks for costs time and buys nothing."""
     longest = max(len(a.prompt) + a.max_tokens for a in arrivals)
     sizes = {int(s["chunk_size"]) for s in grid} | {int(s["options"].get("token_budget", 0)) for s in grid}
     chunks = sorted({min(c, longest) for c in sizes if c > 0})
     small = max(8, chunks[0] // 4)
-    tenants = len({(a.tenant, a.key) for a in arrivals})
-    top = max(1, min(8, tenants))
+    top = max(1, min(8, len(arrivals)))  # a trace does not say how many decode at once: up to 8 rows
     return dict(prefill_tokens=tuple(sorted({small, *chunks[-3:]})),
                 contexts=tuple(sorted({0, max(0, longest // 2 - chunks[0]), max(0, longest - chunks[0])})),
                 decode_batches=tuple(sorted({1, max(1, top // 2), top})),
