@@ -24,9 +24,13 @@ $(KERNEL): $(BIN)/mlxlab
 
 setup: $(BIN)/mlxlab $(KERNEL)
 
-# JupyterLab on the notebooks, with the 'mlxlab' kernel they name
+# JupyterLab on the notebooks, with the 'mlxlab' kernel they name. As root (a container) JupyterLab
+# refuses to start without --allow-root; on Linux without a display it cannot open a browser, so it
+# only prints the URL to open. LAB_ARGS replaces both choices (e.g. LAB_ARGS="--port 8890").
+USER_ID ?= $(shell id -u)
+LAB_ARGS ?= $(if $(filter 0,$(USER_ID)),--allow-root) $(if $(or $(DISPLAY),$(filter Darwin,$(shell uname -s))),,--no-browser)
 lab: setup
-	$(BIN)/jupyter lab notebooks/
+	$(BIN)/jupyter lab $(strip $(LAB_ARGS)) notebooks/
 
 test: setup
 	$(RUN)$(BIN)/python -m pytest -q $(PYTEST_ARGS)

@@ -136,3 +136,14 @@ def test_run_skips_an_entry_too_long_for_what_is_left_and_runs_a_later_shorter_o
     recs = cg.run("h200", 100.0, call="t")
     assert ran == ["07"] and [r["key"] for r in recs] == ["07@all"]
     assert [e.key for e in cg.pending("h200")] == ["04@all"]
+
+
+def test_every_entry_passes_only_parameters_its_notebook_has():
+    """reproduce refuses a --param the notebook lacks (it would run on its defaults), so an entry
+    with a misspelt or stale parameter would fail on the device: catch it here first."""
+    from mlxlab.notebook.reproduce import list_notebooks, split_parameters
+
+    for platform in cg.ENTRIES:
+        for e in cg.entries(platform):
+            (nb,) = list_notebooks([e.notebook])
+            assert split_parameters([nb], e.params) == {nb: e.params}, f"{e.key}: {sorted(e.params)}"

@@ -300,7 +300,8 @@ def test_reproduce_passes_the_platform_and_exports_a_full_run_to_html(tmp_path, 
 
     from mlxlab.notebook import reproduce as R
 
-    book = nbformat.v4.new_notebook(cells=[nbformat.v4.new_code_cell("quick = True", metadata={"tags": ["parameters"]}),
+    book = nbformat.v4.new_notebook(cells=[nbformat.v4.new_code_cell("quick = True\nbits = 16",
+                                                                     metadata={"tags": ["parameters"]}),
                                            nbformat.v4.new_markdown_cell(f"results in {ROOT}/data/results")])
     nbformat.write(book, str(tmp_path / "01_x.ipynb"))
     seen = {}

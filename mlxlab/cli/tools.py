@@ -99,18 +99,45 @@ def register(sub: argparse._SubParsersAction) -> None:
 
 
 def cli_reproduce(args: argparse.Namespace) -> int:
+    failure = None
     try:
         done = reproduce(quick=args.quick, only=args.only, platform=args.platform,
                          parameters=parse_params(args.param), export_html=not args.no_html, save=args.save,
                          out_dir=args.out_dir, out_name=args.out_name)
     except ReproduceError as exc:
-        print(f"mlxlab reproduce: {exc}", file=sys.stderr)
+        done, failure = exc.done, exc
+    print(reproduce_summary(done))
+    if failure is not None:
+        print(f"mlxlab reproduce: {failure}", file=sys.stderr)
         return 1
-    for d in done:
-        print(f"{d['notebook']:40s} {d['seconds']:7.1f} s  -> {d['output']}" + (f"  ({d['html']})" if d.get("html") else ""))
-    if done:
-        print(f"results -> {done[0]['results']}\nfigures -> {done[0]['figures']}")
     return 0
+
+
+def reproduce_summary(done) -> str:
+    """What a run found, per notebook: its seconds, the verdicts its results store, the executed
+    copy to open; then the whole run's tally and where its results and figures went."""
+    from collections import Counter
+
+    from mlxlab.core.paths import ROOT
+    from mlxlab.notebook.reproduce import tally_text
+
+    def rel(p) -> str:
+        p = Path(p)
+        return str(p.relative_to(ROOT)) if p.is_absolute() and p.is_relative_to(ROOT) else str(p)
+
+    if not done:
+        return "no notebook finished"
+    lines, total = [], Counter()
+    for d in done:
+        total.update(d.get("verdicts") or {})
+        lines.append(f"{d['notebook']:34s} {d['seconds']:7.1f} s  {tally_text(d.get('verdicts') or {})}")
+        if d.get("skipped_parameters"):
+            lines.append(f"{'':34s} (has no parameter {', '.join(d['skipped_parameters'])}: ran on its default)")
+    lines.append(f"{'all ' + str(len(done)) + ' notebooks':34s} {sum(d['seconds'] for d in done):7.1f} s  {tally_text(total)}")
+    lines.append("Open the executed notebooks (make lab, or any Jupyter) to see each figure and verdict table:")
+    lines += [f"  {rel(d['output'])}" + (f"  (HTML: {rel(d['html'])})" if d.get("html") else "") for d in done]
+    lines.append(f"results -> {rel(done[0]['results'])}\nfigures -> {rel(done[0]['figures'])}")
+    return "\n".join(lines)
 
 
 def cli_campaign(args: argparse.Namespace) -> int:

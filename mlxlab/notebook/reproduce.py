@@ -29,7 +29,115 @@ BUILD = ROOT / "build" / "notebooks"
 
 
 class ReproduceError(RuntimeError):
-    pass
+    """A run that cannot go on; ``done`` holds the entries of the notebooks that finished before."""
+
+    def __init__(self, message: str, done: Optional[List[Dict]] = None):
+        super().__init__(message)
+        self.done = list(done or [])
+
+
+#: the parameters ``reproduce`` itself passes to every notebook (``nb.setup``'s arguments)
+OWN_PARAMETERS = ("quick", "platform", "results_dir", "figures_dir")
+
+
+def notebook_parameters(nb: Path) -> List[str]:
+    """The names in a notebook's ``parameters`` cell (papermill's own reading of it)."""
+    from papermill.inspection import _infer_parameters
+    from papermill.iorw import load_notebook_node
+
+    book = load_notebook_node(str(nb))
+    # a notebook that names no kernel is still a Python one here (papermill would ask for a name)
+    return [p.name for p in _infer_parameters(book, name="python3", language="python")]
+
+
+def split_parameters(nbs: Sequence[Path], given: Dict) -> Dict[Path, Dict]:
+    """Each notebook's share of the user's ``--param`` values: the names its parameters cell has.
+    A name that no notebook of the run has is refused with each notebook's parameters (papermill
+    would only warn, run the notebook on its defaults and overwrite the last results); a name some
+    notebooks lack goes to the others only (``04``'s ``models`` in place of ``model_name``)."""
+    user = {k: v for k, v in given.items() if k not in OWN_PARAMETERS}
+    names = {nb: notebook_parameters(nb) for nb in nbs}
+    unknown = [k for k in user if not any(k in have for have in names.values())]
+    if unknown:
+        listing = "; ".join(f"{nb.name}: {', '.join(n for n in have if n not in OWN_PARAMETERS) or '(none)'}"
+                            for nb, have in names.items())
+        raise ReproduceError(f"--param {', '.join(unknown)}: no notebook of this run has such a parameter. "
+                             f"Their parameters: {listing}")
+    return {nb: {k: v for k, v in user.items() if k in names[nb]} for nb in nbs}
+
+
+class _Rollback:
+    """The files at the top of a notebook's output folders before it runs, copied aside, so a run
+    that fails leaves them as they were (its new files removed, changed ones put back), and a run
+    that succeeds says which files it wrote."""
+
+    def __init__(self, folders: Sequence[Path]):
+        import tempfile
+
+        self.folders = [Path(f) for f in dict.fromkeys(folders)]
+        self.keep = Path(tempfile.mkdtemp(prefix="mlxlab-reproduce-"))
+        self.before: Dict[Path, Tuple[int, int]] = {}
+        for i, folder in enumerate(self.folders):
+            for f in self._files(folder):
+                st = f.stat()
+                self.before[f] = (st.st_mtime_ns, st.st_size)
+                _copy(f, self.keep / str(i) / f.name)
+
+    @staticmethod
+    def _files(folder: Path) -> List[Path]:
+        return sorted(p for p in folder.iterdir() if p.is_file()) if folder.is_dir() else []
+
+    def written(self) -> List[Path]:
+        """Files new or changed since the snapshot."""
+        out = []
+        for folder in self.folders:
+            for f in self._files(folder):
+                st = f.stat()
+                if self.before.get(f) != (st.st_mtime_ns, st.st_size):
+                    out.append(f)
+        return out
+
+    def restore(self) -> None:
+        for f in self.written():
+            if f in self.before:
+                _copy(self.keep / str(self.folders.index(f.parent)) / f.name, f)
+            else:
+                f.unlink()
+        self.discard()
+
+    def discard(self) -> None:
+        import shutil
+
+        shutil.rmtree(self.keep, ignore_errors=True)
+
+
+def _copy(src: Path, dst: Path) -> None:
+    import shutil
+
+    dst.parent.mkdir(parents=True, exist_ok=True)
+    shutil.copy2(src, dst)
+
+
+def verdict_tally(files: Sequence[Path]) -> Dict[str, int]:
+    """How many verdicts of each kind the results files (JSON) store."""
+    import json
+    from collections import Counter
+
+    counts: Counter = Counter()
+    for f in files:
+        if f.suffix == ".json":
+            try:
+                counts.update(v.get("verdict", "?") for v in json.loads(f.read_text()).get("verdicts") or [])
+            except (ValueError, AttributeError):
+                continue
+    return dict(counts)
+
+
+def tally_text(counts: Dict[str, int]) -> str:
+    """``{'reproduced': 2, 'not reproduced': 1}`` -> ``'2 reproduced, 1 not reproduced'``."""
+    order = ("reproduced", "not reproduced", "inconclusive", "artifact", "not measurable on this backend", "not measured")
+    keys = [k for k in order if k in counts] + sorted(k for k in counts if k not in order)
+    return ", ".join(f"{counts[k]} {k}" for k in keys) or "no verdicts"
 
 
 def notebook_folders(quick: bool, platform: Optional[str] = None, results_dir: Optional[str] = None,
@@ -141,7 +249,8 @@ def reproduce(*, quick: bool = True, only: Optional[Sequence[str]] = None, platf
     elif not quick and not save:  # one run folder for every notebook: nothing committed changes
         run = Path(given["results_dir"]) if given.get("results_dir") else run_folder(plat)
         params.update(results_dir=str(run), figures_dir=str(run / "figures"))
-    params.update(given)
+    per_notebook = split_parameters(nbs, given)
+    params.update({k: v for k, v in given.items() if k in OWN_PARAMETERS})
     results, figures = notebook_folders(quick, plat, params.get("results_dir"), params.get("figures_dir"))
     if not quick and export_html and html_dir is None:  # beside the results the run writes
         html_dir = results / "notebooks"
@@ -156,18 +265,32 @@ def reproduce(*, quick: bool = True, only: Optional[Sequence[str]] = None, platf
         if bar is not None:
             bar.set_postfix_str(nb.name)
         out = out_dir / (out_name or nb.name)
+        running = out.with_name(out.stem + ".running.ipynb")  # the last good copy stays until this one succeeds
+        rollback = _Rollback([results, figures])
         t0 = time.perf_counter()
         try:
-            pm.execute_notebook(str(nb), str(out), parameters=params, cwd=str(nb.parent),
+            pm.execute_notebook(str(nb), str(running), parameters={**params, **per_notebook[nb]}, cwd=str(nb.parent),
                                 kernel_name=kernel_name, progress_bar=False, log_output=False)
-        except Exception as exc:  # papermill raises PapermillExecutionError with the cell index
+        except BaseException as exc:  # papermill raises PapermillExecutionError with the cell index
+            rollback.restore()
+            failed = out.with_name(out.stem + ".failed.ipynb")
+            if running.exists():
+                running.replace(failed)
+            if not isinstance(exc, Exception):
+                raise
             where, what = _failed_cell(exc)
-            raise ReproduceError(f"{nb.name} failed in {where}: {what}\n(executed copy: {out})") from exc
+            raise ReproduceError(f"{nb.name} failed in {where}: {what}\n(executed copy: {failed}; the last good "
+                                 f"copy and results are kept)", done) from exc
         finally:
             if bar is not None:
                 bar.update(1)
+        running.replace(out)
+        written = rollback.written()
+        rollback.discard()
         entry = {"notebook": nb.name, "seconds": round(time.perf_counter() - t0, 1), "output": str(out),
-                 "results": str(results), "figures": str(figures)}
+                 "results": str(results), "figures": str(figures), "written": [str(p) for p in written],
+                 "verdicts": verdict_tally(written),
+                 "skipped_parameters": sorted(set(given) - set(OWN_PARAMETERS) - set(per_notebook[nb]))}
         if not quick and export_html:
             entry["html"] = str(export_notebook_html(out, Path(html_dir) / f"{nb.stem}.html"))
         done.append(entry)
