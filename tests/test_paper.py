@@ -152,7 +152,8 @@ def test_inserts_resolve_through_keys_records_and_filters(tmp_path):
     ('{{ verdict("cpu", "s000-step-prefill-480") }}', r"no results file in data/results/cpu/ holds a verdict for "
                                                       r"s000-step-prefill-480 \(the claims name prefill_step_size.json\)"),
     ('{{ claim("s000-step-prefil-480") }}', r"no claim 's000-step-prefil-480'.*did you mean s000-step-prefill-480"),
-    ('{{ figure("nope", "a caption") }}', r"figures/nope.png: no such figure"),
+    ('{{ figure("nope", "a caption", source="cpu/x") }}', r"figures/nope.png: no such figure"),
+    ('{{ figure("nope", "a caption") }}', r"figure\('nope'\): give source=, the results file"),
 ])
 def test_a_missing_file_key_or_figure_fails_the_build_naming_it(tmp_path, source, message):
     with pytest.raises(PaperBuildError, match=message):
@@ -275,6 +276,33 @@ def test_markdown_becomes_html_with_tables_and_embedded_figures(tmp_path):
 
 
 @pytest.mark.skipif(find_chromium() is None, reason="no chromium on PATH")
+def test_the_paper_opens_with_its_findings_from_the_scorecard(paper):
+    """The first section after the title is the findings: counts per platform and the claims that
+    held on both measured platforms or on neither, each as the scorecard has it."""
+    headings = re.findall(r"^## (.+)$", paper.markdown, re.M)
+    assert headings[0] == "Findings" and headings[1].startswith("1. ")
+    first = paper.markdown.split("## 1. ")[0]
+    rows = {r["claim"]: r for r in paper.scorecard}
+    held = re.findall(r"\(`(s00[01]-[a-z0-9-]+)`\)", first.split("**What held on neither.**")[0])
+    assert held, "the findings name what held"
+    for cid in held:
+        assert {rows[cid]["cells"][p][0]["verdict"] for p in ("cpu", "h200")} == {"reproduced"}, cid
+
+
+def test_each_figure_names_the_results_file_and_the_command_that_drew_it(paper):
+    captions = re.findall(r"<figcaption>(.*?)</figcaption>", paper.markdown, re.S)
+    assert len(captions) >= len(paper.figures) > 0
+    for c in captions:
+        assert "Drawn from" in c and "data/results/" in c and ("mlxlab " in c or "python" in c or "h200.sh" in c), c
+
+
+def test_the_build_lists_results_older_than_their_code(paper):
+    section = paper.markdown.split("**Results older than their code.**")[1]
+    measured = [r["label"] for r in paper.stale if r["measured_by_older_code"]]
+    assert f"{len(measured)} were measured before their study's code last changed" in section
+    assert all(f"`{label}`" in section for label in measured)
+
+
 def test_the_paper_prints_to_pdf(paper):
     pdf = paper.html.parent / "paper.pdf"
     assert write_pdf(paper.html, pdf) is None

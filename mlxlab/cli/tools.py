@@ -216,6 +216,13 @@ def cli_paper(args: argparse.Namespace) -> int:
         print(f"mlxlab paper: {exc}", file=sys.stderr)
         return 1
     print(f"wrote {res.html} ({len(res.used)} results files, {len(res.figures)} figures)")
+    measured = [r["label"] for r in res.stale if r["measured_by_older_code"]]
+    decided = [r["label"] for r in res.stale if r["decided_by_older_rules"]]
+    if measured or decided:
+        print(f"older than their code (section 16 lists them): {len(measured)} files measured before their study's "
+              f"code last changed, {len(decided)} decided before their rules last changed")
+        for label in measured:
+            print(f"  measured by older code: {label}")
     if res.pdf:
         print(f"wrote {res.pdf}")
     elif not args.no_pdf:  # no Chromium: the HTML stands; Chromium failing is an error

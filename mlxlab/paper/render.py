@@ -29,12 +29,13 @@ from typing import Dict, List, Optional, Sequence
 from mlxlab.core.paths import ROOT
 from mlxlab.paper.context import Node, PaperDataError, ResultsStore, experiment_claims
 from mlxlab.paper.format import filters
-from mlxlab.paper.provenance import provenance_markdown, provenance_rows
-from mlxlab.paper.scorecard import columns, scorecard_markdown, scorecard_rows, tally_markdown
+from mlxlab.paper.provenance import provenance_markdown, provenance_rows, rerun_command
+from mlxlab.paper.scorecard import columns, counts_text, findings, scorecard_markdown, scorecard_rows, tally_markdown
 
 TEMPLATE = ROOT / "paper" / "paper.md.j2"
 DEFAULT_OUT = ROOT / "build" / "paper"
 _PROVENANCE = "<!-- provenance of the results files used: filled in after rendering -->"
+_STALENESS = "<!-- results older than their code: filled in after rendering -->"
 
 CSS = """
 body { font-family: Georgia, 'Times New Roman', serif; max-width: 52em; margin: 2em auto; padding: 0 1em;
@@ -72,6 +73,7 @@ class Build:
     used: Dict[str, Path] = field(default_factory=dict)
     figures: List[Path] = field(default_factory=list)
     keys: Dict[str, List[str]] = field(default_factory=dict)
+    stale: List[Dict] = field(default_factory=list)
 
 
 class Helpers:
@@ -81,6 +83,7 @@ class Helpers:
         self.store = store
         self.figures: Dict[str, Path] = {}  # src in the Markdown -> PNG
         self.scorecards: List[Dict] = []  # every scorecard row shown, for the tests
+        self.stale: List[Dict] = []  # mlxlab.paper.staleness rows, when the template asks for them
         self._md = None
 
     def globals(self) -> Dict:
@@ -88,6 +91,7 @@ class Helpers:
         return {"r": s.r, "verdict": s.verdict, "has_verdict": s.has_verdict, "claim": s.claim,
                 "claims_of": lambda *exps: experiment_claims(s, exps), "figure": self.figure,
                 "scorecard": self.scorecard, "tally": self.tally, "provenance": lambda: _PROVENANCE,
+                "staleness": lambda: _STALENESS, "findings": self.findings, "counts_text": counts_text,
                 "appendix": self.appendix, "platforms": lambda: columns(s), "claim_ids": lambda: list(s.claims()),
                 "campaign_pending": self.campaign_pending, "plans": self.plans, "simulated_only": self.simulated_only}
 
@@ -124,15 +128,25 @@ class Helpers:
             self._md = _markdown()
         return self._md.renderInline(text)
 
-    def figure(self, name: str, caption: str, platform: Optional[str] = None) -> str:
-        """An embedded figure ``paper/figures/[platform/]name.png`` with a numbered caption;
-        a missing PNG fails the build."""
+    def figure(self, name: str, caption: str, source=None, platform: Optional[str] = None) -> str:
+        """An embedded figure ``paper/figures/[platform/]name.png`` with a numbered caption that
+        ends with where it comes from: ``source``, the results file(s) it is drawn from
+        (``"cpu/serve_http"`` or a list), each linked, with the command that writes it again. A
+        missing PNG, a missing results file or no ``source`` fails the build."""
+        if not source:
+            raise PaperDataError(f"figure({name!r}): give source=, the results file(s) the figure is drawn from")
         path = self.store.figure_path(name, platform)
         src = f"figures/{platform + '/' if platform else ''}{name}.png"
         self.figures[src] = path
         n = len(self.figures)
+        origins = []
+        for spec in [source] if isinstance(source, str) else list(source):
+            res = self.store.path(spec)
+            rel = self.store.label(res)
+            origins.append(f"[`{rel}`](../../{rel}) (`{rerun_command(self.store, res, self.store.load(res))}`)")
+        where = f" Drawn from {'; '.join(origins)}."
         return (f'<figure id="fig-{name}"><img src="{src}" alt="{html.escape(name)}">'
-                f"<figcaption><b>Figure {n}.</b> {self.inline(caption)}</figcaption></figure>\n")
+                f"<figcaption><b>Figure {n}.</b> {self.inline(caption + where)}</figcaption></figure>\n")
 
     def scorecard(self, *experiments: str, claims: Optional[Sequence[str]] = None) -> str:
         """The scorecard rows of the claims ``experiments`` decide (or the ``claims`` listed;
@@ -144,6 +158,12 @@ class Helpers:
         rows = scorecard_rows(self.store, ids, plats)
         self.scorecards.extend(rows)
         return scorecard_markdown(rows, plats, by_study=ids is None)
+
+    def findings(self) -> Dict:
+        """:func:`mlxlab.paper.scorecard.findings` over every claim, on the measured platforms."""
+        from mlxlab.paper.scorecard import PLATFORMS
+
+        return findings(scorecard_rows(self.store, None, list(PLATFORMS)), list(PLATFORMS))
 
     def tally(self) -> str:
         plats = columns(self.store)
@@ -194,6 +214,11 @@ def render_markdown(store: Optional[ResultsStore] = None, template: Optional[Pat
         raise PaperBuildError(f"{where}: {type(exc).__name__}: {exc}") from exc
     if _PROVENANCE in text:
         text = text.replace(_PROVENANCE, provenance_markdown(provenance_rows(store)))
+    if _STALENESS in text:
+        from mlxlab.paper.staleness import staleness_markdown, staleness_rows
+
+        helpers.stale = staleness_rows(store)
+        text = text.replace(_STALENESS, staleness_markdown(helpers.stale))
     return text, helpers
 
 
@@ -261,7 +286,7 @@ def build(out: Optional[Path] = None, *, template: Optional[Path] = None, store:
     keys = {f: sorted(paths) for f, paths in sorted(store.keys.items())}
     (out / "inserts.json").write_text(json.dumps(keys, indent=1) + "\n")
     result = Build(markdown, html_path, scorecard=helpers.scorecards, used=dict(store.used),
-                   figures=list(helpers.figures.values()), keys=keys)
+                   figures=list(helpers.figures.values()), keys=keys, stale=helpers.stale)
     if pdf:
         result.pdf_error = write_pdf(html_path, out / "paper.pdf")
         result.pdf = None if result.pdf_error else out / "paper.pdf"

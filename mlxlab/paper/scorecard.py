@@ -169,3 +169,34 @@ def tally_markdown(rows: List[Dict], platforms: Sequence[str]) -> str:
                                     *[str(n) for n in fragile]]) + " |")
     lines.append("| " + " | ".join(["all claims", *[str(len(rows)) for _ in platforms]]) + " |")
     return "\n".join(lines) + "\n"
+
+
+def findings(rows: List[Dict], platforms: Sequence[str] = tuple(PLATFORMS)) -> Dict:
+    """What the paper's opening states, from the scorecard rows: per measured platform and per
+    side (``cases``: the two case studies' claims; ``mlxlab``: the project's own targets) how many
+    claims each verdict got (``counts``), and the claim ids that held on every measured platform
+    (``held``), failed on every one (``failed``) and held on some but failed on others (``split``)."""
+    out: Dict = {"platforms": list(platforms)}
+    for side, keep in (("cases", lambda r: r["study"] != "mlxlab"), ("mlxlab", lambda r: r["study"] == "mlxlab")):
+        mine = [r for r in rows if keep(r)]
+        first = {r["claim"]: {p: (r["cells"][p][0]["verdict"] if r["cells"][p] else NOT_RUN) for p in platforms}
+                 for r in mine}
+        vs = lambda cid: set(first[cid].values())  # noqa: E731
+        out[side] = {
+            "total": len(mine),
+            "counts": tally(mine, platforms),
+            "held": [c for c in first if vs(c) == {"reproduced"}],
+            "failed": [c for c in first if vs(c) == {"not reproduced"}],
+            "split": [c for c in first if {"reproduced", "not reproduced"} <= vs(c)],
+        }
+    return out
+
+
+def counts_text(counts: Dict[str, int]) -> str:
+    """``{'reproduced': 22, 'not reproduced': 21, 'not run': 4}`` -> ``'22 reproduced, 21 not
+    reproduced and 4 not run'``, in the verdicts' reading order."""
+    order = ("reproduced", "not reproduced", "inconclusive", "artifact", "not measurable on this backend",
+             "not measured", NOT_RUN)
+    parts = [f"{counts[k]} {k}" for k in order if counts.get(k)] + \
+            [f"{n} {k}" for k, n in sorted(counts.items()) if k not in order and n]
+    return parts[0] if len(parts) == 1 else ", ".join(parts[:-1]) + " and " + parts[-1] if parts else "none"
