@@ -1,5 +1,5 @@
-"""The README's code blocks run as written (a new user copies them first), and its headline table
-is the one the results files give."""
+"""The README's and docs/' code blocks run as written (a new user copies them first) and print
+tables whole, the README stays short, and its generated blocks are what the results files give."""
 
 import re
 import subprocess
@@ -20,20 +20,39 @@ def test_python_blocks_are_found():
     assert python_blocks("x\n```python\na = 1\n```\n```bash\nls\n```\n") == ["a = 1\n"]
 
 
-def test_readme_python_blocks_run():
-    blocks = python_blocks((ROOT / "README.md").read_text())
-    assert blocks, "the README has no python block"
+DOCS = [README, *sorted((ROOT / "docs").glob("*.md"))]
+
+
+@pytest.mark.parametrize("page", DOCS, ids=lambda p: p.name)
+def test_python_blocks_run_and_print_whole_tables(page):
+    blocks = python_blocks(page.read_text())
     for code in blocks:
         out = subprocess.run([sys.executable, "-c", code], cwd=ROOT, capture_output=True, text=True, timeout=600)
-        assert out.returncode == 0, f"README block failed:\n{code}\n{out.stderr[-3000:]}"
+        assert out.returncode == 0, f"{page.name} block failed:\n{code}\n{out.stderr[-3000:]}"
+        assert not re.search(r"\[\d+ rows x \d+ columns\]|\s\.\.\.\s", out.stdout), \
+            f"{page.name} prints a truncated table:\n{out.stdout[-2000:]}"
 
 
-def test_the_headline_table_is_what_the_results_files_give():
-    """README.md's headline block equals what mlxlab.paper.headline makes from the committed
-    serve_http results: a re-run without `mlxlab paper --readme`, or a hand edit, fails here."""
-    from mlxlab.paper.headline import headline_markdown, readme_block
+def test_the_readme_has_a_python_block():
+    assert python_blocks(README.read_text())
 
-    assert readme_block(README) == headline_markdown(ROOT / "data" / "results")
+
+def test_the_readme_reads_in_five_minutes_and_links_each_docs_page_once():
+    text = README.read_text()
+    assert len(text.splitlines()) <= 160
+    for page in (ROOT / "docs").glob("*.md"):
+        assert text.count(f"](docs/{page.name})") == 1, page.name
+    for word in ("Prefill", "TTFT", "ITL", "seed 000", "seed 001", "make reproduce", "make test"):
+        assert word in text, word
+
+
+@pytest.mark.parametrize("name", ["headline", "first-hour"])
+def test_each_generated_block_is_what_the_results_files_give(name):
+    """README.md's generated blocks equal what mlxlab.paper.headline makes from the committed
+    results: a re-run without `mlxlab paper --readme`, or a hand edit, fails here."""
+    from mlxlab.paper.headline import BLOCKS, readme_block
+
+    assert readme_block(README, name) == BLOCKS[name](ROOT / "data" / "results")
 
 
 def test_update_readme_replaces_only_the_block_and_refuses_a_readme_without_markers(tmp_path):

@@ -93,8 +93,9 @@ def register(sub: argparse._SubParsersAction) -> None:
     pp.add_argument("--out", type=Path, default=None, help="output folder (default: build/paper/)")
     pp.add_argument("--no-pdf", action="store_true", help="write the HTML only")
     pp.add_argument("--readme", action="store_true",
-                    help="instead of the paper: remake README.md's headline table from the committed "
-                         "serve_http*.json results (mlxlab.paper.headline); this changes README.md")
+                    help="instead of the paper: remake README.md's generated blocks (the headline tables: "
+                         "serve_http, contention and tune; the first-hour line: first_hour) from the committed "
+                         "results (mlxlab.paper.headline); this changes README.md")
     pp.set_defaults(func=cli_paper)
 
 
@@ -205,7 +206,7 @@ def cli_paper(args: argparse.Namespace) -> int:
     if getattr(args, "readme", False):  # a caller's Namespace may predate the flag
         from mlxlab.paper.headline import update_readme
 
-        print("README.md's headline table " + ("remade" if update_readme() else "already matches the results"))
+        print("README.md's generated blocks " + ("remade" if update_readme() else "already match the results"))
         return 0
     from mlxlab.paper.context import PaperDataError
     from mlxlab.paper.render import PaperBuildError, build  # Jinja2 and markdown-it load only here
