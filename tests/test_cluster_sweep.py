@@ -154,3 +154,25 @@ def test_describe_keeps_data_and_names_objects():
 
     assert describe({"a": (1, 2.5), "cm": CostModel(), "o": object()}) == \
         {"a": [1, 2.5], "cm": "profile.json", "o": "object"}
+
+
+def test_tunes_simulated_grid_on_the_cluster_equals_the_grid_run_here(sweep):
+    """`mlxlab tune --cluster`: each grid setting is a point of plain data (cost model, limits,
+    trace) that a worker simulates to the same row this process gets."""
+    from mlxlab.core.traces import Trace, TraceRequest, to_arrivals
+    from mlxlab.sim.profiles import load_profile
+    from mlxlab.studies.tune.run import default_grid, simulate_setting
+    from mlxlab.studies.tune.slo import parse_slo
+
+    trace = Trace([TraceRequest(0.0, "batch", 600, 4), TraceRequest(0.05, "chat", 60, 12),
+                   TraceRequest(0.1, "batch", 900, 4), TraceRequest(0.2, "chat", 60, 12)], format="mlxlab")
+    arrivals = to_arrivals(trace, 1024, 0)
+    base = {"cost_model": load_profile("cpu-small"), "limits": {"vocab_size": 1024, "max_context": 8192},
+            "arrivals": arrivals, "slos": [parse_slo("chat.itl_p99<=40ms")], "solos": {},
+            "objective": "batch.ttft_p50", "tenants": ["batch", "chat"]}
+    points = [{**base, "setting": s} for s in default_grid(True, 900)]
+    here = [simulate_setting(p) for p in points]
+    there = sweep.mapper(timed=False, desc="tune grid")(simulate_setting, points)
+    assert [r["label"] for r in there] == [r["label"] for r in here]
+    assert [(r["objective_s"], r["slo_ratio"], r["meets"]) for r in there] == \
+        [(r["objective_s"], r["slo_ratio"], r["meets"]) for r in here]

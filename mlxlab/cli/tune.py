@@ -7,6 +7,7 @@ import dataclasses
 import sys
 from pathlib import Path
 
+from mlxlab.cli.cluster import add_cluster_argument, open_sweep
 from mlxlab.cli.common import add_model_arguments, add_save_argument, positive_float, positive_int
 
 TUNE_HELP = """\
@@ -59,6 +60,7 @@ def register(sub: argparse._SubParsersAction) -> None:
                     help="also run every grid setting on the engine (the exhaustive sweep) and decide the regret, "
                          "rank and speed claims")
     tp.add_argument("--seed", type=int, default=0, help="the workload's and the replayed prompts' seed")
+    add_cluster_argument(tp, "the simulated grid's points (the profile and the engine runs stay here)")
     tp.add_argument("--platform", default=None, help="results folder name (default: detected)")
     tp.add_argument("--name", default="tune", help="results file name")
     add_save_argument(tp)
@@ -125,8 +127,14 @@ def cli_tune(args: argparse.Namespace) -> int:
     print(f"[tune] {args.model}: {len(arrivals)} requests ({trace.get('tenants')}), SLOs {', '.join(s.text for s in slos)}",
           flush=True)
     say = lambda s: print(s, flush=True)  # noqa: E731
-    doc = tune(model, arrivals, slos, objective=args.objective, top_k=args.top_k, repeats=args.repeats,
-               quick=args.quick, reprofile=args.reprofile, baseline=not args.no_baseline, say=say)
+    common = dict(objective=args.objective, top_k=args.top_k, repeats=args.repeats, quick=args.quick,
+                  reprofile=args.reprofile, baseline=not args.no_baseline, say=say)
+    if args.cluster:
+        with open_sweep(args.cluster) as cluster:
+            doc = tune(model, arrivals, slos, mapper=cluster.mapper(timed=False, desc="tune: simulating"), **common)
+            doc["cluster"] = cluster.provenance()
+    else:
+        doc = tune(model, arrivals, slos, **common)
     doc["trace"] = trace
     if args.sweep:
         doc["sweep"] = sweep(model, arrivals, doc, repeats=args.repeats, say=say)
@@ -134,7 +142,7 @@ def cli_tune(args: argparse.Namespace) -> int:
     folder = run_folder(plat, args.save)
     params = {k: getattr(args, k) for k in ("model", "bits", "dtype", "trace", "workload", "trace_format", "split_tokens",
                                             "time_scale", "length_scale", "max_requests", "scale", "slo", "objective",
-                                            "top_k", "repeats", "quick", "sweep", "seed")}
+                                            "top_k", "repeats", "quick", "sweep", "seed", "cluster")}
     if params["trace"]:  # the trace by its name: no machine paths in results
         params["trace"] = Path(args.trace).name
         sys.argv = [Path(a).name if a == args.trace else a for a in sys.argv]

@@ -64,7 +64,7 @@ import inspect
 import math
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import List, Optional, Sequence
+from typing import Dict, List, Optional, Sequence
 
 import numpy as np
 
@@ -169,21 +169,23 @@ class Simulator(PlanExecutor):
     def for_model(cls, model, cost_model, /, **kwargs) -> "Simulator":
         """A simulator with the vocabulary and context limits of ``model``: a
         :class:`mlxlab.engine.models.LoadedModel`, a preset name, or a config dict."""
+        return cls(cost_model, **{**cls.limits_of(model), **kwargs})
+
+    @staticmethod
+    def limits_of(model) -> Dict[str, int]:
+        """The keyword arguments :meth:`for_model` takes from ``model`` (``vocab_size``,
+        ``max_context``, and ``key_align=1`` for a model the engine cannot pad), as plain numbers
+        that a cluster's worker can be sent without the model."""
         if isinstance(model, str):
             model = preset_config(model)
         if isinstance(model, dict):
-            vocab = int(model["vocab_size"])
-            ctx = int(model.get("max_position_embeddings") or DEFAULT_MAX_CONTEXT)
-        else:
-            # a loaded model is an MLX object: mlx is there, and only then is the engine's rule needed
-            from mlxlab.engine.batch import can_pad
+            return {"vocab_size": int(model["vocab_size"]),
+                    "max_context": int(model.get("max_position_embeddings") or DEFAULT_MAX_CONTEXT)}
+        # a loaded model is an MLX object: mlx is there, and only then is the engine's rule needed
+        from mlxlab.engine.batch import can_pad
 
-            vocab, ctx = model_limits(model)
-            if not can_pad(module_of(model)):
-                kwargs.setdefault("key_align", 1)
-        kwargs.setdefault("vocab_size", vocab)
-        kwargs.setdefault("max_context", ctx)
-        return cls(cost_model, **kwargs)
+        vocab, ctx = model_limits(model)
+        return {"vocab_size": vocab, "max_context": ctx, **({} if can_pad(module_of(model)) else {"key_align": 1})}
 
     # ------------------------------------------------------------------ public API
     def now(self) -> float:

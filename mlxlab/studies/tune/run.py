@@ -161,13 +161,32 @@ def _worst(summaries: Sequence[dict], slos: Sequence[SLO], solos: dict) -> List[
             for i in range(len(slos))]
 
 
+def simulate_setting(point: dict) -> dict:
+    """One grid setting on the simulator: the row ``tune`` keeps (its medians, SLO checks, worst
+    ratio, whether it meets them, its objective). A module-level function of plain data, so a
+    cluster's worker can run it."""
+    from mlxlab.core.runner import run_workload
+    from mlxlab.sim.simulator import Simulator
+
+    s, slos, solos = point["setting"], point["slos"], point["solos"]
+    sim = Simulator(point["cost_model"], policy=s["policy"], chunk_size=int(s["chunk_size"]),
+                    **{**point["limits"], **s["options"]})
+    summ = run_workload(sim, _workload(point["arrivals"])).summary
+    checks = check(summ, slos, solos)
+    return {**s, "summary": _medians([summ], point["tenants"] + ["all"]), "checks": checks,
+            "slo_ratio": worst_ratio(checks), "meets": all(c["met"] for c in checks),
+            "objective_s": _objective(summ, point["objective"])}
+
+
 def tune(model, arrivals: list, slos: Sequence[SLO], *, objective: Optional[str] = None,
          grid: Optional[List[dict]] = None, top_k: int = 3, repeats: int = 3, quick: bool = False,
          reprofile: bool = False, cost_model=None, baseline: bool = True, progress: bool = True,
-         say: Callable[[str], None] = print) -> dict:
+         say: Callable[[str], None] = print, mapper: Optional[Callable] = None) -> dict:
     """Tune ``model``'s serving settings for ``arrivals`` (a trace's
     :func:`mlxlab.core.traces.to_arrivals`) under ``slos``; returns the ``tune.json`` document
-    (see the module docstring). ``cost_model``: use this one instead of the device profile."""
+    (see the module docstring). ``cost_model``: use this one instead of the device profile.
+    ``mapper``: a ``map``-like ``(fn, points) -> values in order`` for the simulated grid (a
+    cluster's, :meth:`mlxlab.core.cluster.Sweep.mapper`); default: this process."""
     from mlxlab.core.runner import run_workload
     from mlxlab.sim.simulator import Simulator
 
@@ -203,20 +222,22 @@ def tune(model, arrivals: list, slos: Sequence[SLO], *, objective: Optional[str]
                                                sorted({s.metric for s in slos if s.tenant == t})))
     bounds = slo_table(slos, solos)
 
-    # the simulated grid
-    sim_rows = []
-    bar = _bar(len(grid), "tune: simulating") if progress else None
-    for s in grid:
-        sim = Simulator.for_model(model, cm, policy=s["policy"], chunk_size=int(s["chunk_size"]), **s["options"])
-        summ = run_workload(sim, _workload(arrivals)).summary
-        checks = check(summ, slos, solos)
-        sim_rows.append({**s, "summary": _medians([summ], tenants + ["all"]), "checks": checks,
-                         "slo_ratio": worst_ratio(checks), "meets": all(c["met"] for c in checks),
-                         "objective_s": _objective(summ, objective)})
+    # the simulated grid: here, or on a cluster's workers through ``mapper`` (each point carries the
+    # cost model, the model's limits and the trace: no MLX object travels)
+    base_point = {"cost_model": cm, "limits": Simulator.limits_of(model), "arrivals": arrivals, "slos": list(slos),
+                  "solos": solos, "objective": objective, "tenants": tenants}
+    points = [{**base_point, "setting": s} for s in grid]
+    if mapper is not None:
+        sim_rows = list(mapper(simulate_setting, points))
+    else:
+        sim_rows = []
+        bar = _bar(len(grid), "tune: simulating") if progress else None
+        for point in points:
+            sim_rows.append(simulate_setting(point))
+            if bar is not None:
+                bar.update(1)
         if bar is not None:
-            bar.update(1)
-    if bar is not None:
-        bar.close()
+            bar.close()
     t_sim = time.perf_counter()
     frontier = [r["label"] for r in pareto(sim_rows)]
     ranked = sorted(sim_rows, key=lambda r: (not r["meets"], r["objective_s"] if r["meets"] else r["slo_ratio"]))
