@@ -43,7 +43,8 @@ def du_bytes(path: Path) -> int:
 
 
 def timed(cmd: list, cwd: Path, log: Path) -> dict:
-    """Run ``cmd`` in ``cwd`` with its output in ``log``; seconds, exit status, load around it."""
+    """Run ``cmd`` in ``cwd`` with its output in ``log``; seconds, exit status, load around it
+    (the clone's temporary path written as ``.`` in what is kept: no machine paths in results)."""
     load0 = os.getloadavg()[0]
     t0 = time.perf_counter()
     with open(log, "w") as out:
@@ -53,7 +54,7 @@ def timed(cmd: list, cwd: Path, log: Path) -> dict:
     lines = [ln for ln in log.read_text(errors="replace").splitlines() if ln.strip()]
     return {"command": " ".join(cmd), "seconds": round(seconds, 1), "exit_status": rc,
             "load_before": round(load0, 2), "load_after": round(os.getloadavg()[0], 2),
-            "last_line": lines[-1][-300:] if lines else ""}
+            "last_line": lines[-1][-300:].replace(str(cwd), ".") if lines else ""}
 
 
 def pytest_counts(line: str) -> dict:
@@ -79,7 +80,7 @@ def main(argv=None) -> int:
             runs["test"]["counts"] = pytest_counts(runs["test"]["last_line"])
         sizes["clone_bytes"] = du_bytes(clone)
         for name in runs:
-            logs[name] = (work / f"{name}.log").read_text(errors="replace")[-4000:]
+            logs[name] = (work / f"{name}.log").read_text(errors="replace")[-4000:].replace(str(clone), ".")
     finally:
         shutil.rmtree(work, ignore_errors=True)
     payload = {"commit_measured": head, "cores": os.cpu_count(), "runs": runs, "sizes": sizes, "log_tails": logs}
