@@ -240,7 +240,8 @@ def test_the_tune_explorer_slider_moves_the_choice_in_static_html(tmp_path, monk
     if not Path(CHROMIUM).exists():
         pytest.skip(f"no Chromium at {CHROMIUM} (Debian: apt-get install chromium)")
     sync_api = pytest.importorskip("playwright.sync_api", reason="the playwright package is not installed")
-    from mlxlab.studies.tune.charts import explorer_chart, save_explorer
+    from mlxlab.notebook.plots import save_explorer
+    from mlxlab.studies.tune.charts import explorer_chart
 
     grid = [{"label": f"interleave-{c}", "policy": "interleave", "objective_s": 50.0 / c, "slo_ratio": c / 512,
              "checks": [{"slo": "chat.itl_p99<=8x", "figure_s": c / 1000, "bound_s": 0.3, "ratio": c / 300}]}
@@ -264,5 +265,43 @@ def test_the_tune_explorer_slider_moves_the_choice_in_static_html(tmp_path, monk
             page.wait_for_function("() => [...document.querySelectorAll('svg text')].some(t => "
                                    "t.textContent === 'interleave-1024')", timeout=10_000)
             assert chosen(page) == "interleave-1024"  # every setting under the bound: the fastest objective
+        finally:
+            browser.close()
+
+
+def test_the_papers_chunk_explorer_moves_in_its_static_html(tmp_path, monkeypatch):
+    """The paper's HTML embeds the seed-001 chunk-size explorer drawn from the committed results
+    (explorers/chunk_explorer.html, no kernel, no network): choosing another chunk size in its menu
+    in headless Chromium changes the figures listed for it, to that size's measured ones."""
+    if not Path(CHROMIUM).exists():
+        pytest.skip(f"no Chromium at {CHROMIUM} (Debian: apt-get install chromium)")
+    sync_api = pytest.importorskip("playwright.sync_api", reason="the playwright package is not installed")
+    from mlxlab.paper.render import build
+
+    res = build(tmp_path / "paper", pdf=False)
+    assert 'src="explorers/chunk_explorer.html"' in res.html.read_text()
+    page_path = tmp_path / "paper" / "explorers" / "chunk_explorer.html"
+    doc = json.loads((Path(__file__).resolve().parent.parent / "data/results/cpu/admission_gate.json").read_text())
+    cells = [r for r in doc["table"] if r.get("kind") == "cell" and r["policy"] == "interleave" and r["workers"] == 1
+             and r.get("ttft_over_floor_pct") is not None and r.get("chat_itl_p99_pooled_s") is not None]
+    target = max(cells, key=lambda r: r["chunk_size"])
+    monkeypatch.delenv("LD_PRELOAD", raising=False)  # Chromium must not inherit OpenBLAS
+
+    def listed(page) -> list:
+        return page.evaluate("""() => [...document.querySelectorAll('svg text')].map(t => t.textContent)
+            .filter(t => t.startsWith('interleave: '))""")
+
+    with sync_api.sync_playwright() as pw:
+        browser = pw.chromium.launch(executable_path=CHROMIUM, args=CHROMIUM_ARGS, headless=True)
+        try:
+            page = browser.new_page()
+            page.goto(page_path.as_uri())
+            page.locator("svg text").first.wait_for(timeout=30_000)
+            before = listed(page)
+            page.locator("select").select_option(str(target["chunk_size"]))
+            want = f"interleave: {target['ttft_over_floor_pct']:.0f}"
+            page.wait_for_function(f"() => [...document.querySelectorAll('svg text')].some(t => "
+                                   f"t.textContent === {json.dumps(want)})", timeout=10_000)
+            assert listed(page) != before and want in listed(page)
         finally:
             browser.close()

@@ -154,6 +154,7 @@ def test_inserts_resolve_through_keys_records_and_filters(tmp_path):
     ('{{ claim("s000-step-prefil-480") }}', r"no claim 's000-step-prefil-480'.*did you mean s000-step-prefill-480"),
     ('{{ figure("nope", "a caption", source="cpu/x") }}', r"figures/nope.png: no such figure"),
     ('{{ figure("nope", "a caption") }}', r"figure\('nope'\): give source=, the results file"),
+    ('{{ explorer("nope", "a caption", source="cpu/x") }}', r"explorer\('nope'\): no such explorer"),
 ])
 def test_a_missing_file_key_or_figure_fails_the_build_naming_it(tmp_path, source, message):
     with pytest.raises(PaperBuildError, match=message):
@@ -294,6 +295,16 @@ def test_each_figure_names_the_results_file_and_the_command_that_drew_it(paper):
     assert len(captions) >= len(paper.figures) > 0
     for c in captions:
         assert "Drawn from" in c and "data/results/" in c and ("mlxlab " in c or "python" in c or "h200.sh" in c), c
+
+
+def test_the_html_embeds_each_explorer_as_a_self_contained_page(paper):
+    from mlxlab.paper.render import EXPLORERS
+
+    page = paper.html.read_text()
+    for name in EXPLORERS:
+        assert f'src="explorers/{name}.html"' in page
+        explorer = (paper.html.parent / "explorers" / f"{name}.html").read_text()
+        assert "vegaEmbed" in explorer and "cdn.jsdelivr" not in explorer, "inlined: it opens offline"
 
 
 def test_the_build_lists_results_older_than_their_code(paper):

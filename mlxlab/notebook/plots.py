@@ -73,6 +73,16 @@ def save_figure(chart: alt.TopLevelMixin, name: str, folder: "str | Path",
     return paths
 
 
+def save_explorer(chart: alt.TopLevelMixin, path: "str | Path") -> Path:
+    """Write ``chart`` as one self-contained HTML file (Vega, Vega-Lite and vega-embed inlined, the
+    SVG renderer): it opens offline, and its Vega-Lite parameters (sliders, menus) move without a
+    kernel: the explorers of notebooks 05 and 09, and the paper's."""
+    path = Path(path)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    chart.save(str(path), format="html", inline=True, embed_options={"renderer": "svg", "actions": False})
+    return path
+
+
 def render_pending(folder: "str | Path", scale: float = 2.0, keep_spec: bool = False) -> list:
     """Render every ``*.vl.json`` spec under ``folder`` (written by :func:`save_figure` where
     vl-convert was missing) to SVG and PNG beside it, and remove the spec unless ``keep_spec``;

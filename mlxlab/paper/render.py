@@ -36,6 +36,10 @@ TEMPLATE = ROOT / "paper" / "paper.md.j2"
 DEFAULT_OUT = ROOT / "build" / "paper"
 _PROVENANCE = "<!-- provenance of the results files used: filled in after rendering -->"
 _STALENESS = "<!-- results older than their code: filled in after rendering -->"
+#: the interactive charts the paper's HTML embeds (name -> "module:function" drawing it from a stored
+#: results document): Vega-Lite parameters, so they move without a kernel
+EXPLORERS = {"chunk_explorer": "mlxlab.studies.admission_gate.charts:chunk_explorer_from_doc",
+             "tune_explorer": "mlxlab.studies.tune.charts:explorer_chart"}
 
 CSS = """
 body { font-family: Georgia, 'Times New Roman', serif; max-width: 52em; margin: 2em auto; padding: 0 1em;
@@ -52,7 +56,9 @@ figure { margin: 1.5em 0; text-align: center; page-break-inside: avoid; }
 figure img { max-width: 100%; max-height: 32em; width: auto; height: auto; }
 figcaption { font-size: .9em; color: #444; margin-top: .4em; text-align: left; }
 .note { font-size: .9em; color: #555; }
-@media print { body { max-width: none; margin: 0; } table { font-size: .7em; } h2 { page-break-after: avoid; } }
+@media print { body { max-width: none; margin: 0; } table { font-size: .7em; } h2 { page-break-after: avoid; }
+  figure.explorer { display: none; } }
+figure.explorer iframe { width: 100%; height: 470px; border: 0; }
 """
 
 
@@ -84,6 +90,7 @@ class Helpers:
         self.figures: Dict[str, Path] = {}  # src in the Markdown -> PNG
         self.scorecards: List[Dict] = []  # every scorecard row shown, for the tests
         self.stale: List[Dict] = []  # mlxlab.paper.staleness rows, when the template asks for them
+        self.explorers: Dict[str, object] = {}  # name -> the Altair chart build() writes to explorers/NAME.html
         self._md = None
 
     def globals(self) -> Dict:
@@ -91,7 +98,7 @@ class Helpers:
         return {"r": s.r, "verdict": s.verdict, "has_verdict": s.has_verdict, "claim": s.claim,
                 "claims_of": lambda *exps: experiment_claims(s, exps), "figure": self.figure,
                 "scorecard": self.scorecard, "tally": self.tally, "provenance": lambda: _PROVENANCE,
-                "staleness": lambda: _STALENESS, "findings": self.findings, "counts_text": counts_text,
+                "staleness": lambda: _STALENESS, "findings": self.findings, "explorer": self.explorer, "counts_text": counts_text,
                 "appendix": self.appendix, "platforms": lambda: columns(s), "claim_ids": lambda: list(s.claims()),
                 "campaign_pending": self.campaign_pending, "plans": self.plans, "simulated_only": self.simulated_only}
 
@@ -139,14 +146,29 @@ class Helpers:
         src = f"figures/{platform + '/' if platform else ''}{name}.png"
         self.figures[src] = path
         n = len(self.figures)
-        origins = []
-        for spec in [source] if isinstance(source, str) else list(source):
-            res = self.store.path(spec)
-            rel = self.store.label(res)
-            origins.append(f"[`{rel}`](../../{rel}) (`{rerun_command(self.store, res, self.store.load(res))}`)")
+        origins = [self._origin(spec) for spec in ([source] if isinstance(source, str) else list(source))]
         where = f" Drawn from {'; '.join(origins)}."
         return (f'<figure id="fig-{name}"><img src="{src}" alt="{html.escape(name)}">'
                 f"<figcaption><b>Figure {n}.</b> {self.inline(caption + where)}</figcaption></figure>\n")
+
+    def _origin(self, spec: str) -> str:
+        res = self.store.path(spec)
+        rel = self.store.label(res)
+        return f"[`{rel}`](../../{rel}) (`{rerun_command(self.store, res, self.store.load(res))}`)"
+
+    def explorer(self, name: str, caption: str, source: str) -> str:
+        """An interactive chart (:data:`EXPLORERS`) drawn from the results file ``source`` and
+        embedded in the HTML as ``explorers/NAME.html`` (self-contained; its menus and sliders move
+        without a kernel); the PDF leaves it out, as the static figure beside it says the same."""
+        from mlxlab.studies.base import resolve
+
+        if name not in EXPLORERS:
+            raise PaperDataError(f"explorer({name!r}): no such explorer (have: {', '.join(EXPLORERS)})")
+        self.explorers[name] = resolve(EXPLORERS[name])(self.store.load(self.store.path(source)))
+        text = f"{caption} Drawn from {self._origin(source)}; it works without a kernel (not in the PDF)."
+        return (f'<figure class="explorer" id="explorer-{name}"><iframe src="explorers/{name}.html" '
+                f'title="{html.escape(name)}" loading="lazy"></iframe>'
+                f"<figcaption><b>Explorer.</b> {self.inline(text)}</figcaption></figure>\n")
 
     def scorecard(self, *experiments: str, claims: Optional[Sequence[str]] = None) -> str:
         """The scorecard rows of the claims ``experiments`` decide (or the ``claims`` listed;
@@ -274,7 +296,8 @@ def write_pdf(html_path: Path, pdf_path: Path, chromium: Optional[str] = None, t
 def build(out: Optional[Path] = None, *, template: Optional[Path] = None, store: Optional[ResultsStore] = None,
           pdf: bool = True) -> Build:
     """Render the paper into ``out`` (default ``build/paper/``): ``paper.md`` (the rendered
-    Markdown), ``index.html`` (standalone), ``inserts.json`` (the key paths inserted, per
+    Markdown), ``index.html`` (standalone but for ``explorers/*.html``, the interactive charts it
+    embeds, each self-contained), ``inserts.json`` (the key paths inserted, per
     results file) and, with ``pdf`` and Chromium, ``paper.pdf``."""
     out = Path(out or DEFAULT_OUT)
     out.mkdir(parents=True, exist_ok=True)
@@ -283,6 +306,11 @@ def build(out: Optional[Path] = None, *, template: Optional[Path] = None, store:
     (out / "paper.md").write_text(markdown)
     html_path = out / "index.html"
     html_path.write_text(markdown_to_html(markdown, helpers.figures))
+    if helpers.explorers:
+        from mlxlab.notebook.plots import save_explorer  # altair and vl-convert: only a paper with explorers
+
+        for name, chart in helpers.explorers.items():
+            save_explorer(chart, out / "explorers" / f"{name}.html")
     keys = {f: sorted(paths) for f, paths in sorted(store.keys.items())}
     (out / "inserts.json").write_text(json.dumps(keys, indent=1) + "\n")
     result = Build(markdown, html_path, scorecard=helpers.scorecards, used=dict(store.used),

@@ -35,9 +35,11 @@ results_dir = None
 figures_dir = None
 
 # %%
+from pathlib import Path
+
 import pandas as pd
 from mlxlab import load_model
-from mlxlab.notebook import nb, widgets
+from mlxlab.notebook import nb, plots, widgets
 from mlxlab.studies.admission_gate import charts as gate_charts
 from mlxlab.studies.admission_gate.run import executor_factory, gate_study, plan_gate
 from mlxlab.studies.admission_gate.http import run_over_http, side_by_side
@@ -81,6 +83,18 @@ table[cols].round(4)
 tradeoff = gate_charts.tradeoff_chart(result["table"], ref_chunk=plan.ref_chunk)
 S.figure(tradeoff, "chunk_tradeoff_engine")
 tradeoff
+
+# %% [markdown]
+# ### Pick a chunk size
+# The same measurements with a chunk-size menu and a choice of long prompts that work without a
+# kernel (Vega-Lite parameters over the table above): they move in this notebook's exported HTML
+# too, and in `chunk_explorer.html` beside the figures. The paper embeds the same chart, drawn
+# from the committed results.
+
+# %%
+chunk_explorer = gate_charts.chunk_explorer_chart(result["table"], ref_chunk=plan.ref_chunk)
+plots.save_explorer(chunk_explorer, Path(S.figures_dir) / "chunk_explorer.html")
+chunk_explorer
 
 # %%
 plane = gate_charts.plane_chart(result["table"])

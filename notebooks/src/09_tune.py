@@ -41,7 +41,7 @@ from mlxlab import load_model
 from mlxlab.core.paths import data_dir
 from mlxlab.core.presets import model_limits
 from mlxlab.core.traces import read_trace, scale_trace, to_arrivals
-from mlxlab.notebook import nb
+from mlxlab.notebook import nb, plots
 from mlxlab.studies.tune import charts as TC
 from mlxlab.studies.tune.run import serve_command, sweep as tune_sweep, tune
 from mlxlab.studies.tune.slo import parse_slo
@@ -96,7 +96,7 @@ chart
 
 # %%
 explorer = TC.explorer_chart(doc)
-TC.save_explorer(explorer, Path(S.figures_dir) / "tune_explorer.html")
+plots.save_explorer(explorer, Path(S.figures_dir) / "tune_explorer.html")
 explorer
 
 # %% [markdown]

@@ -159,3 +159,51 @@ def timeline_chart(rows, *, title: str) -> alt.Chart:
     return alt.Chart(d, title=title).mark_tick(thickness=1.5, size=14).encode(
         x=alt.X("t_s:Q", title="time from the first arrival (s)"), y=alt.Y("stream:N", title=None),
         color=alt.Color("stream:N", legend=None)).properties(width=640, height=90)
+
+
+def chunk_explorer_chart(table, *, ref_chunk: int, policies: Sequence[str] = ORDER[:3]) -> alt.HConcatChart:
+    """The chunk-size trade-off with a chunk-size menu and a worker-count choice that work without
+    a kernel (Vega-Lite parameters over the measured table, so the static HTML of the notebook and
+    of the paper moves too): the long prompts' TTFT premium over the floor and the chat's ITL p99
+    against the chunk size for the chosen worker count, one line per policy; the chosen chunk
+    size is a rule, its points are ringed and its figures listed in the panel's corner."""
+    df = _frame(table)
+    df = df[df.policy.isin(policies)][["policy", "chunk_size", "workers", "ttft_over_floor_pct",
+                                       "chat_itl_p99_pooled_ms"]].dropna()
+    if df.empty:
+        raise ValueError("no measured cell to explore: the table holds no chunk-size sweep")
+    chunks, workers = sorted(int(c) for c in df.chunk_size.unique()), sorted(int(w) for w in df.workers.unique())
+    start = min(chunks, key=lambda c: abs(c - ref_chunk / 4))  # the scaled sweet spot's lower end
+    chunk = alt.param(name="chunk", value=start, bind=alt.binding_select(options=chunks, name="chunk size "))
+    wk = alt.param(name="workers", value=workers[0], bind=alt.binding_radio(options=workers, name="long prompts "))
+    color = alt.Color("policy:N", scale=_colors(df.policy), title="policy")
+    x = _chunk_axis(chunks, ref_chunk)
+
+    def panel(field: str, title: str, fmt: str, log: bool) -> alt.LayerChart:
+        y = alt.Y(f"{field}:Q", title=title, scale=alt.Scale(type="log") if log else alt.Scale(zero=False))
+        base = alt.Chart(df).transform_filter("datum.workers == workers").encode(x=x, y=y, color=color)
+        lines = base.mark_line(point=True).encode(tooltip=["policy", "chunk_size", alt.Tooltip(f"{field}:Q", format=fmt)])
+        at = base.transform_filter("datum.chunk_size == chunk")
+        ring = at.mark_point(size=260, strokeWidth=2, filled=False)
+        order = [p for p in ORDER if p in set(df.policy)]
+        # the chosen size's figures as a legend-like list in the corner (points may coincide)
+        label = at.transform_calculate(
+            ypix=f"12 + 15 * indexof({order!r}, datum.policy)",
+            txt=f"datum.policy + ': ' + format(datum['{field}'], '{fmt}')").mark_text(
+            align="right", fontSize=11, fontWeight="bold").encode(
+            x=alt.value(296), y=alt.Y("ypix:Q", scale=None), text="txt:N")
+        rule = alt.Chart(pd.DataFrame({"z": [0]})).transform_calculate(c="chunk").mark_rule(
+            strokeDash=[4, 3], color="#2f6e4e").encode(x="c:Q")
+        return alt.layer(lines, rule, ring, label).properties(width=300, height=220)
+
+    prem = panel("ttft_over_floor_pct", "long-prompt TTFT over the floor (%)", ".0f", False)
+    itl = panel("chat_itl_p99_pooled_ms", "chat ITL p99 (ms)", ".0f", True)
+    return alt.hconcat(prem, itl).add_params(chunk, wk).properties(title=alt.TitleParams(
+        "Pick a chunk size: what the long prompts pay (left) and what the chat pays (right)",
+        subtitle="measured on the engine; ringed, and listed in each corner: the chosen chunk size, per policy")).resolve_scale(
+        color="shared")
+
+
+def chunk_explorer_from_doc(doc: Dict, platform: str = "") -> alt.HConcatChart:
+    """:func:`chunk_explorer_chart` of a stored ``admission_gate`` results document."""
+    return chunk_explorer_chart(doc["table"], ref_chunk=int(doc["config"]["ref_chunk"]))

@@ -117,14 +117,3 @@ def explorer_chart(doc: Mapping, tenant_metric: str = "") -> alt.LayerChart:
         width=460, height=300, title=alt.TitleParams(
             "Move the bound: the best simulated setting meeting it",
             subtitle="filled: at or under the bound; ringed: the lowest objective among them"))
-
-
-def save_explorer(chart: alt.TopLevelMixin, path) -> "Path":
-    """Write ``chart`` as one self-contained HTML file (Vega, Vega-Lite and vega-embed inlined, the
-    SVG renderer): it opens offline, and its slider moves without a kernel."""
-    from pathlib import Path
-
-    path = Path(path)
-    path.parent.mkdir(parents=True, exist_ok=True)
-    chart.save(str(path), format="html", inline=True, embed_options={"renderer": "svg", "actions": False})
-    return path
