@@ -95,6 +95,18 @@ def test_regret_rank_and_speed_are_decided_from_the_stored_sweep():
     # the simulator ranking them backwards
     v = {r["claim"]: r for r in tune_verdicts(_doc({k: (5 - o, 2 - r) for k, (o, r) in sim.items()}, meas))}
     assert v["mlx-tune-rank"]["verdict"] == "not reproduced"
+    # swaps only among settings whose measured repeats overlap: the sweep cannot order them either
+    tied = {"a": (1.0, 0.5, [0.9, 1.3]), "b": (1.1, 0.6, [1.0, 1.2]), "c": (1.2, 0.7, [1.05, 1.25]),
+            "d": (4.1, 1.6, [4.0, 4.2])}
+    swap = {"a": (3.0, 0.5), "b": (2.0, 0.6), "c": (1.0, 0.7), "d": (4.0, 1.5)}
+    v = {r["claim"]: r for r in tune_verdicts(_doc(swap, tied))}
+    rank = v["mlx-tune-rank"]
+    assert rank["measured"]["tau_objective"] < 0.8 and rank["verdict"] == "inconclusive"
+    assert all(d["measured_overlap"] for d in rank["measured"]["discordant_objective"])
+    # the same swaps where the repeats separate them: the simulator misranks
+    apart = {"a": (1.0, 0.5, [0.99, 1.01]), "b": (1.1, 0.6, [1.09, 1.11]), "c": (1.2, 0.7, [1.19, 1.21]),
+             "d": (4.1, 1.6, [4.0, 4.2])}
+    assert {r["claim"]: r for r in tune_verdicts(_doc(swap, apart))}["mlx-tune-rank"]["verdict"] == "not reproduced"
     assert all(r["verdict"] == "not measured" for r in tune_verdicts({"grid": [], "choice": {}}))
     assert kendall_tau([1, 2], [1, 2]) is None  # too few pairs to rank
 

@@ -5,7 +5,9 @@ the same grid on the same trace, and the claims it decides from stored data.
   sweep found meeting the SLOs, on the objective (medians over the sweep's repeats, both measured
   in the sweep, so one set of conditions);
 * ``mlx-tune-rank``: Kendall's tau between the simulated and the measured ranking of the grid, on
-  the objective and on the binding SLO's ratio (the smaller of the two decides);
+  the objective and on the binding SLO's ratio (the smaller of the two decides); below the target,
+  inconclusive when every pair the simulator orders against the engine is a pair whose measured
+  repeats overlap (the sweep itself cannot order them), not reproduced when one is not;
 * ``mlx-tune-speed``: tune's wall time (profile, simulation, confirmation) over the sweep's.
 
 The simulator's absolute error on the grid (median over settings of |simulated - measured| /
@@ -38,6 +40,24 @@ def kendall_tau(a: List[float], b: List[float]) -> Optional[float]:
     return None if t is None or math.isnan(t) else float(t)
 
 
+def discordant(sim: List[float], meas: List[float], ranges: List[Optional[List[float]]],
+               labels: List[str]) -> List[dict]:
+    """The pairs the simulated values order one way and the measured ones the other, each with
+    whether its measured repeat ranges overlap (``ranges[i]`` None: unknown, taken as separate)."""
+    out = []
+    for i in range(len(sim)):
+        for j in range(i + 1, len(sim)):
+            if not all(_finite(x) for x in (sim[i], sim[j], meas[i], meas[j])):
+                continue
+            if (sim[i] - sim[j]) * (meas[i] - meas[j]) < 0:
+                a, b = ranges[i], ranges[j]
+                overlap = bool(a and b and a[0] <= b[1] and b[0] <= a[1])
+                out.append({"pair": [labels[i], labels[j]], "measured_overlap": overlap,
+                            "measured_gap": abs(meas[i] - meas[j]) / min(meas[i], meas[j]) if min(meas[i], meas[j]) > 0
+                            else None})
+    return out
+
+
 def evaluation(doc: Mapping) -> dict:
     """The figures the claims need, from a ``tune.json`` with its ``sweep`` block."""
     sweep = doc.get("sweep") or {}
@@ -61,6 +81,11 @@ def evaluation(doc: Mapping) -> dict:
     both = [(sim[r["label"]], r) for r in rows if r["label"] in sim]
     out["tau_objective"] = kendall_tau([s["objective_s"] for s, _ in both], [m["objective_s"] for _, m in both])
     out["tau_slo"] = kendall_tau([s["slo_ratio"] for s, _ in both], [m["slo_ratio"] for _, m in both])
+    labels = [m["label"] for _, m in both]
+    out["discordant_objective"] = discordant([s["objective_s"] for s, _ in both], [m["objective_s"] for _, m in both],
+                                             [m.get("objective_range_s") for _, m in both], labels)
+    out["discordant_slo"] = discordant([s["slo_ratio"] for s, _ in both], [m["slo_ratio"] for _, m in both],
+                                       [None] * len(both), labels)  # no per-repeat range of the ratio is stored
     errs = [abs(s["objective_s"] - m["objective_s"]) / m["objective_s"] for s, m in both
             if _finite(s["objective_s"]) and _finite(m["objective_s"]) and m["objective_s"] > 0]
     serr = [abs(s["slo_ratio"] - m["slo_ratio"]) / m["slo_ratio"] for s, m in both
@@ -104,9 +129,19 @@ def tune_verdicts(doc: Mapping) -> List[Dict]:
                            fairness=fair))
     taus = [t for t in (e["tau_objective"], e["tau_slo"]) if t is not None]
     rule = (f"Kendall's tau-b between the simulated and the measured values over the sweep's settings, on the "
-            f"objective and on the binding SLO's ratio; reproduced when both are at least {TAU_MIN:g}.")
-    out.append(verdict("mlx-tune-rank", "not measured" if not taus else
-                       ("reproduced" if min(taus) >= TAU_MIN else "not reproduced"), measured=e, rule=rule,
+            f"objective and on the binding SLO's ratio; reproduced when both are at least {TAU_MIN:g}. Below it, "
+            f"inconclusive when every pair the simulator orders against the engine, on each metric below "
+            f"{TAU_MIN:g}, has overlapping measured repeats (the sweep could not order those pairs either; the "
+            f"SLO ratio stores no repeat range, so its pairs count as ordered); not reproduced otherwise.")
+    if not taus:
+        rank = "not measured"
+    elif min(taus) >= TAU_MIN:
+        rank = "reproduced"
+    else:
+        low = [k for k, t in (("objective", e["tau_objective"]), ("slo", e["tau_slo"])) if t is not None and t < TAU_MIN]
+        noise = all(d["measured_overlap"] for k in low for d in e[f"discordant_{k}"])
+        rank = "inconclusive" if noise else "not reproduced"
+    out.append(verdict("mlx-tune-rank", rank, measured={**e, "within_noise": rank == "inconclusive"}, rule=rule,
                        fairness=fair))
     rule = f"Tune's wall time over the exhaustive sweep's; reproduced at most {SPEED_MAX:g}."
     out.append(verdict("mlx-tune-speed", "not measured" if e["speed_x"] is None else
