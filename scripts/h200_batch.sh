@@ -52,6 +52,17 @@
 #              azure (the first 40 requests of the committed Azure sample, prompts of 1,000+ tokens as batch,
 #              lengths x1), SLO TUNE_SLO (chat.itl_p99<=3x), 3 repeats: the profile, the simulated grid, the
 #              confirmation and the exhaustive sweep of 10 settings (~450-550 s, an estimate: one trace a call)
+#   disagg2    issue 40, on the nvidia-h200-x2 kind only (two GPUs of one host): bench disagg with --gpus
+#              (the one engine on GPU 0; the prefill rank on GPU 0 and the decode rank on GPU 1, KV through
+#              host memory over mlx's ring backend, since its NCCL backend has no send/recv; the split
+#              baseline: two independent engines, the chat on GPU 0 and the document on GPU 1), float16
+#              (bfloat16 ties break greedy equality), 4-bit DISAGG_MODEL, DISAGG_DOC_TOKENS (8192, 32768,
+#              131072 where the preset's context allows), 5 repeats, written to data/results/h200x2/
+#              disagg_MODEL_TOKENS.json. One (preset, length) a call: 9 calls, ~300-570 s each (an estimate:
+#              every repeat starts 5 processes that each build the model). Whether the ring backend moves
+#              CUDA arrays at all is the first thing the first call answers (its log says).
+#              run(command="DISAGG_MODEL=qwen2.5-0.5b DISAGG_DOC_TOKENS=8192 bash scripts/h200_batch.sh disagg2",
+#                  carry=[".mlxcuda"], kind="nvidia-h200-x2")
 #
 # Left for the next GPU time (2026-12-04 and 12-05: no machine was lent): compiled (one call), http for
 # qwen2.5-coder-1.5b, llama-3.2-1b and qwen2.5-0.5b (three calls), tune (recorded and azure on
@@ -73,7 +84,7 @@
 #   --param "models=[PRESET]" --param bits=4 (cold_repeats now 5), one call per preset.
 set -uo pipefail
 cd "$(dirname "$0")/.."
-part=${1:?give a PART: engine | engine05 | sim | heldout | sched | sched_cudnn | slo | singlereq | rebatch | chunks | decodes | presize | align | limit | exit | contention | oprofile | serve | determinism | compiled | http | tune}
+part=${1:?give a PART: engine | engine05 | sim | heldout | sched | sched_cudnn | slo | singlereq | rebatch | chunks | decodes | presize | align | limit | exit | contention | oprofile | serve | determinism | compiled | http | tune | disagg2}
 H="bash scripts/h200.sh"
 LOG=${OUT:-/tmp}/logs/$part.log
 MARK=$(mktemp) && touch "$MARK"
@@ -179,6 +190,12 @@ case "$part" in
     esac
     T=${T_TUNE:-570} run $H tune --save --model "$m" --bits 4 "${tr[@]}" --slo "${TUNE_SLO:-chat.itl_p99<=3x}" \
       --sweep --repeats 3 --name "$nm" ;;
+  disagg2)
+    m=${DISAGG_MODEL:-qwen2.5-coder-1.5b}
+    n=${DISAGG_DOC_TOKENS:-8192}
+    T=${T_DISAGG:-570} run $H bench disagg --save --platform h200x2 --gpus --model "$m" --bits 4 --dtype float16 \
+      --doc-tokens "$n" --chat-context 1536 --doc-max-tokens 8 --chunk-size 2048 --repeats ${DISAGG_REPEATS:-5} \
+      --rounds 2 --settings single disagg split --name "disagg_${m}_$n" ;;
   *) echo "unknown PART $part" >&2; exit 2 ;;
 esac
 if [ -n "${OUT:-}" ]; then
@@ -187,6 +204,9 @@ if [ -n "${OUT:-}" ]; then
   mkdir -p "$OUT/h200"
   if [ -d data/results/h200 ]; then
     (cd data/results/h200 && find . -type f -newer "$MARK" -exec cp --parents {} "$OUT/h200/" \;)
+  fi
+  if [ -d data/results/h200x2 ]; then
+    mkdir -p "$OUT/h200x2" && (cd data/results/h200x2 && find . -type f -newer "$MARK" -exec cp --parents {} "$OUT/h200x2/" \;)
   fi
   if ls data/profiles/h200-*.json >/dev/null 2>&1; then mkdir -p "$OUT/profiles" && cp data/profiles/h200-*.json "$OUT/profiles/"; fi
 fi

@@ -118,6 +118,31 @@ def test_two_processes_on_loopback_match_one_engine(tiny, tmp_path):
     assert files["rank0"]["env"]["OPENBLAS_NUM_THREADS"] == "1" and files["rank1"]["blas"] == files["rank0"]["blas"]
 
 
+def test_two_independent_engines_split_by_tenant_match_one_engine(tiny, tmp_path):
+    """The split setting (the no-disaggregation baseline with two devices): the chat on one
+    engine, the document on another, each in its own process; the document arrives once the chat
+    has its warm tokens and the chat stops after the document, through signal files. Greedy tokens
+    equal one engine's, and the merged file is on one clock."""
+    from mlxlab.studies.disagg.run import contention_workload, launch, run_figures
+
+    work = contention_workload(tiny.vocab_size, chat_context=64, doc_tokens=300, doc_max_tokens=4,
+                               chat_max_tokens=400, seed=3)
+    files = launch(work, tmp_path, model="tiny", dtype="float32", chunk_size=CHUNK, rounds=1, split=True,
+                   timeout_s=180)
+    local = disagg.run_local(Engine(tiny, chunk_size=CHUNK), work)
+    got = files["split"]["rounds"][0]["requests"]
+    assert sorted(got) == ["0", "1"]
+    doc, chat = got["1"], got["0"]
+    assert doc["output_tokens"] == local[1].output_tokens
+    n = min(len(chat["output_tokens"]), len(local[0].output_tokens))
+    assert n > 8 and chat["output_tokens"][:n] == local[0].output_tokens[:n]
+    # the document came after the chat's warm tokens, on the merged clock, and the chat outlived it
+    assert doc["arrival_s"] >= chat["token_times_s"][7] and chat["token_times_s"][-1] > doc["token_times_s"][0]
+    assert chat["finish_reason"] == "cancelled"
+    fig = run_figures(files)
+    assert fig["devices"] == 2 and "transfers" not in fig and fig["doc_ttft_s"] > 0
+
+
 def test_launcher_without_its_script_runs_mlx_launch_through_python(tiny, tmp_path, monkeypatch):
     # the H200's carried mlx bundle has mlx._distributed_utils but no mlx.launch script beside python
     from mlxlab.studies.disagg import run as D

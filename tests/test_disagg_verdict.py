@@ -236,7 +236,7 @@ def test_a_prefill_that_ends_after_the_decode_side_went_idle_is_still_handed_off
 def test_both_sides_hold_the_same_threads_and_the_note_says_how_many():
     from mlxlab.studies.disagg.run import threads_by_setting
 
-    assert threads_by_setting(1) == {"single": 2, "disagg": 1, "disagg-busywait": 1}
+    assert threads_by_setting(1) == {"single": 2, "disagg": 1, "disagg-busywait": 1, "split": 1}
     equal = {"openblas_threads_by_setting": {"single": 2, "disagg": 1}, "cpu_count": 2}
     assert DV.equal_threads(equal) is True and "2 for the one engine, 1 for each of the two workers" in DV._threads(equal)
     old = {"openblas_threads_per_process": 1, "cpu_count": 2}  # a file from before: every process had one

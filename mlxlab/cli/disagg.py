@@ -34,9 +34,16 @@ def register_bench(bsub: argparse._SubParsersAction) -> None:
                     help="OPENBLAS_NUM_THREADS of each worker process; the one engine gets the two workers' sum, "
                          "so both sides hold the same threads")
     bd.add_argument("--seed", type=int, default=0, help="seed of the random prompts")
-    bd.add_argument("--settings", nargs="+", default=["single", "disagg"], choices=["single", "disagg", "disagg-busywait"],
+    bd.add_argument("--settings", nargs="+", default=["single", "disagg"],
+                    choices=["single", "disagg", "disagg-busywait", "split"],
                     help="what runs, in this order within each repeat (disagg-busywait: mlx's ring threads left "
-                         "busy-polling while they wait)")
+                         "busy-polling while they wait; split: two independent engines, the chat on one and the "
+                         "document on the other, no KV moved)")
+    bd.add_argument("--name", default="disagg", help="results file name (disagg or disagg_SOMETHING)")
+    bd.add_argument("--bits", type=positive_int, default=None, help="quantize the preset's weights to this many bits")
+    bd.add_argument("--gpus", action="store_true",
+                    help="each process on a GPU of its own (CUDA_VISIBLE_DEVICES: the one engine on 0, prefill rank "
+                         "and split chat side on 0, decode rank and document side on 1): two GPUs of one host")
     bd.add_argument("--platform", default=None, help="results folder name (None: detected)")
     bd.add_argument("--simulate", nargs="?", const="", default=None, metavar="JSON",
                     help="run nothing: simulate the measured disagg.json (default: the committed one) on --profile, "
@@ -64,7 +71,7 @@ def cli_bench_disagg(args: argparse.Namespace) -> int:
     if args.simulate is not None:
         return _simulate(args, plat)
     params = {k: getattr(args, k) for k in ("model", "dtype", "doc_tokens", "chat_context", "doc_max_tokens",
-                                            "chunk_size", "policy", "repeats", "rounds", "threads", "seed", "settings")}
+                                            "chunk_size", "policy", "repeats", "rounds", "threads", "seed", "settings", "bits", "gpus")}
     print(f"[bench disagg] {args.model}: document {args.doc_tokens} tokens, chat context {args.chat_context}, "
           f"{args.repeats} repeats x {args.settings}, {args.threads} OpenBLAS thread(s) per worker, "
           f"{2 * args.threads} for the one engine; "
@@ -72,12 +79,14 @@ def cli_bench_disagg(args: argparse.Namespace) -> int:
     res = run_study(model=args.model, dtype=args.dtype, doc_tokens=args.doc_tokens, chat_context=args.chat_context,
                     doc_max_tokens=args.doc_max_tokens, chunk_size=args.chunk_size, policy=args.policy,
                     repeats=args.repeats, rounds=args.rounds, threads=args.threads, seed=args.seed,
-                    settings=args.settings)
+                    settings=args.settings, bits=args.bits, gpus=args.gpus)
     print(format_table(res), flush=True)
     vs = verdicts(res, platform=plat)
     folder = run_folder(plat, args.save)
-    path = save_results("disagg", res, platform=plat, folder=folder, verdicts=vs, parameters=params)
-    figures = _figure({**res, "verdicts": vs}, plat, None if args.save else folder)
+    if args.name != "disagg" and not args.name.startswith("disagg_"):
+        raise ValueError(f"--name {args.name}: a disaggregation results file is disagg or disagg_SOMETHING")
+    path = save_results(args.name, res, platform=plat, folder=folder, verdicts=vs, parameters=params)
+    figures = _figure({**res, "verdicts": vs}, plat, None if args.save else folder, args.name)
     _print_verdicts(vs)
     print(f"wrote {path}" + "".join(f", {p}" for p in figures))
     return 0
@@ -90,7 +99,7 @@ def _print_verdicts(vs) -> None:
         print(f"[{v['verdict']}] {v['claim']}: {measured_text(v['measured'])}")
 
 
-def _figure(doc: dict, plat: str, folder: Optional[Path]) -> list:
+def _figure(doc: dict, plat: str, folder: Optional[Path], name: str = "disagg") -> list:
     """The study's figure as disagg.svg/.png in ``folder`` (default: paper/figures/, or its
     <platform>/ folder off the CPU, where the notebooks' saved runs put theirs); [] (with a line
     saying why) when it cannot be drawn, so a figure never loses the numbers."""
@@ -99,7 +108,7 @@ def _figure(doc: dict, plat: str, folder: Optional[Path]) -> list:
         from mlxlab.studies.disagg.charts import disagg_chart
         from mlxlab.studies.sim_validation.charts import FIGURES
 
-        return save_figure(disagg_chart(doc, plat), "disagg", folder or (FIGURES if plat == "cpu" else FIGURES / plat))
+        return save_figure(disagg_chart(doc, plat), name, folder or (FIGURES if plat == "cpu" else FIGURES / plat))
     except Exception as e:  # noqa: BLE001 - reported, the results are already written
         print(f"[bench disagg] no figure: {e!r}", flush=True)
         return []

@@ -21,7 +21,8 @@ from mlxlab.notebook.plots import PALETTE, log_ticks, use_theme
 
 use_theme()
 
-LABELS = {"single": "one engine", "disagg": "prefill + decode workers", "disagg-busywait": "workers, ring busy-polling"}
+LABELS = {"single": "one engine", "disagg": "prefill + decode workers", "disagg-busywait": "workers, ring busy-polling",
+          "split": "two engines, split by tenant"}
 W, H = 230, 120
 LABEL_LIMIT = 260  # pixels: the seed settings' names in full
 

@@ -45,7 +45,10 @@ from mlxlab.studies.contention.run import AFTER_TOKENS, WARM_TOKENS, pct
 #: setting -> how it runs: on one engine (``local``), or disaggregated with mlx's ring threads waiting
 #: at idle priority (:class:`mlxlab.engine.disagg_wire.Comms`) or busy-polling as mlx leaves them
 SETTINGS = {"single": {"local": True, "busy_wait": False}, "disagg": {"local": False, "busy_wait": False},
-            "disagg-busywait": {"local": False, "busy_wait": True}}
+            "disagg-busywait": {"local": False, "busy_wait": True},
+            # two independent engines, the chat on one and the document on the other: no KV moves
+            # (the no-disaggregation baseline with the same devices: on two GPUs, one each)
+            "split": {"local": False, "busy_wait": False, "split": True}}
 TIMEOUT_S = 600  # a launched run that takes longer is stopped (it hangs: a rank died mid-protocol)
 
 
@@ -67,6 +70,45 @@ def threads_by_setting(threads: int) -> Dict[str, int]:
     """OpenBLAS threads per process of each setting at ``threads`` per worker: the one engine gets
     what the two workers have together, so both sides hold the same threads on the same cores."""
     return {s: (2 * int(threads) if how["local"] else int(threads)) for s, how in SETTINGS.items()}
+
+
+def _run_pair(cmds: List[List[str]], env: dict, timeout_s: float, what: str) -> None:
+    """Two processes at once (the split setting), both stopped at ``timeout_s``; an error names the
+    one that failed."""
+    procs = [subprocess.Popen(c, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+                              cwd=str(Path(__file__).resolve().parents[2])) for c in cmds]
+    deadline = time.monotonic() + timeout_s
+    try:
+        outs = [p.communicate(timeout=max(1.0, deadline - time.monotonic())) for p in procs]
+    except subprocess.TimeoutExpired:
+        raise RuntimeError(f"{what} ran past {timeout_s:.0f} s and was stopped") from None
+    finally:
+        for p in procs:
+            if p.poll() is None:
+                p.kill()
+                p.wait()
+    for p, (_, err) in zip(procs, outs):
+        if p.returncode != 0:
+            raise RuntimeError(f"{what} failed (exit {p.returncode}): {err[-3000:]}")
+
+
+def merge_split(chat: dict, doc: dict) -> dict:
+    """The split setting's two files as one ``local``-shaped file: each round's requests on one
+    clock (the earlier engine's start), the chat side's steps, both sides' CPU seconds."""
+    rounds = []
+    for a, b in zip(chat["rounds"], doc["rounds"]):
+        t0 = min(a["t0_abs"], b["t0_abs"])
+        reqs = {}
+        for side in (a, b):
+            shift = side["t0_abs"] - t0
+            for i, r in side["requests"].items():
+                reqs[i] = {**r, **{k: (None if r[k] is None else r[k] + shift) for k in ("arrival_s", "prefill_start_s",
+                                                                                      "finish_s")},
+                           "token_times_s": [t + shift for t in r["token_times_s"]]}
+        steps = [{**st, "start_s": st["start_s"] + a["t0_abs"] - t0, "end_s": st["end_s"] + a["t0_abs"] - t0}
+                 for st in a["steps"]]
+        rounds.append({"requests": reqs, "steps": steps, "cpu_s": a["cpu_s"] + b["cpu_s"]})
+    return {**chat, "role": "split", "rounds": rounds}
 
 
 def free_port_pair(host: str = "127.0.0.1") -> int:
@@ -129,22 +171,35 @@ def launcher_command() -> List[str]:
 
 def launch(workload: List[dict], out: Path, *, model: str = "tiny", dtype: str = "float32", policy: str = "interleave",
            chunk_size: int = 512, rounds: int = 1, local: bool = False, threads: int = 1,
-           busy_wait: bool = False, timeout_s: float = TIMEOUT_S) -> Dict[str, dict]:
-    """Run ``workload`` in fresh processes: with ``local`` one engine (``local.json``), else the
-    two ranks under ``mlx.launch --backend ring -n 2`` on loopback (``rank0.json``, ``rank1.json``)
-    at a free port pair (``busy_wait``: mlx's ring threads left busy-polling); stopped after
-    ``timeout_s``. Returns the files' contents by name."""
+           busy_wait: bool = False, split: bool = False, bits: Optional[int] = None, gpus: bool = False,
+           timeout_s: float = TIMEOUT_S) -> Dict[str, dict]:
+    """Run ``workload`` in fresh processes: with ``local`` one engine (``local.json``); with
+    ``split`` two independent engines at once, the chat's tenant on one and the rest on the other
+    (``split-chat.json``, ``split-doc.json``, returned merged as ``local``-shaped ``split``); else
+    the two ranks under ``mlx.launch --backend ring -n 2`` on loopback (``rank0.json``,
+    ``rank1.json``) at a free port pair (``busy_wait``: mlx's ring threads left busy-polling);
+    stopped after ``timeout_s``. ``gpus``: each process on its own GPU (the one engine on GPU 0,
+    rank or split side r on GPU r). Returns the files' contents by name."""
     out = Path(out)
     out.mkdir(parents=True, exist_ok=True)
     wpath = out / "workload.json"
     wpath.write_text(json.dumps(workload))
-    cmd = _worker_args(wpath, out, model, dtype, policy, chunk_size, rounds)
+    cmd = _worker_args(wpath, out, model, dtype, policy, chunk_size, rounds) + (["--bits", str(bits)] if bits else [])
     env = worker_env(threads)
     if local:
-        _run(cmd + ["--local"], env, timeout_s, "the single-engine run")
+        _run(cmd + ["--local"] + (["--device", "0"] if gpus else []), env, timeout_s, "the single-engine run")
         return {"local": json.loads((out / "local.json").read_text())}
+    if split:
+        tenants = sorted({r.get("tenant", "default") for r in workload}, key=lambda t: t != "chat")
+        if len(tenants) != 2:
+            raise ValueError(f"the split setting needs two tenants in the workload, not {tenants}")
+        _run_pair([cmd + ["--split-tenant", t, "--signals", str(out / "signals")] + (["--device", str(d)] if gpus else [])
+                   for d, t in enumerate(tenants)], env, timeout_s, "the split run (two independent engines)")
+        files = [json.loads((out / f"split-{t}.json").read_text()) for t in tenants]
+        return {"split": merge_split(*files)}
     port = free_port_pair()
     cmd += ["--busy-wait"] if busy_wait else []
+    cmd += ["--device-by-rank"] if gpus else []
     _run(launcher_command() + ["--backend", "ring", "--hosts", "127.0.0.1", "-n", "2", "-p", str(port), "--"] + cmd,
          env, timeout_s, "the disaggregated run (mlx.launch, ring backend)", idle=True)
     return {f"rank{r}": json.loads((out / f"rank{r}.json").read_text()) for r in (0, 1)}
@@ -182,7 +237,7 @@ def _busy(steps: List[dict], t0: float, t1: float) -> float:
 
 def run_figures(files: Dict[str, dict]) -> dict:
     """One run's figures from its last round (see the module docstring)."""
-    decode = files.get("local") or files["rank1"]
+    decode = files.get("local") or files.get("split") or files["rank1"]
     last = decode["rounds"][-1]
     reqs = last["requests"]
     chat, doc = reqs["0"], reqs["1"]
@@ -194,7 +249,8 @@ def run_figures(files: Dict[str, dict]) -> dict:
     span1 = max(r["finish_s"] for r in reqs.values())
     tokens = sum(r["prompt_tokens"] + len(r["output_tokens"]) for r in reqs.values())
     devices = 1 if "local" in files else 2
-    busy = {"decode" if devices == 2 else "single": _busy(last["steps"], span0, span1) / (span1 - span0)}
+    side = "single" if devices == 1 else "split" if "split" in files else "decode"  # split: the chat side's steps
+    busy = {side: _busy(last["steps"], span0, span1) / (span1 - span0)}
     out = {"chat_itl_p50_ms": 1e3 * pct(window, 50), "chat_itl_p99_ms": 1e3 * pct(window, 99),
            "chat_worst_gap_ms": 1e3 * max(window) if window else float("nan"),
            "chat_itl_before_doc_p50_ms": 1e3 * pct(before, 50), "doc_ttft_s": t_first - t_doc,
@@ -204,9 +260,9 @@ def run_figures(files: Dict[str, dict]) -> dict:
            "output_tokens": {"chat": chat["output_tokens"], "doc": doc["output_tokens"]},
            "env": decode.get("env"), "blas": decode.get("blas"),
            "ring_wait_duty_cycle_s": decode.get("ring_wait_duty_cycle_s")}
-    cpu = {"decode" if devices == 2 else "single": last["cpu_s"]}
+    cpu = {side: last["cpu_s"]}
     out["cpu_s"] = cpu
-    if devices == 2:
+    if "rank0" in files:
         pre = files["rank0"]["rounds"][-1]
         busy["prefill"] = _busy(pre["steps"], span0, span1) / (span1 - span0)
         cpu["prefill"] = pre["cpu_s"]
@@ -252,11 +308,13 @@ def summarize(runs: Dict[str, List[dict]]) -> dict:
 def run_study(*, model: str = "small", dtype: str = "float32", doc_tokens: int = 2048, chat_context: int = 256,
               doc_max_tokens: int = 8, chunk_size: int = 512, policy: str = "interleave", repeats: int = 3,
               rounds: int = 2, threads: int = 1, seed: int = 0, progress: bool = True,
-              settings: Sequence[str] = ("single", "disagg"), timeout_s: float = TIMEOUT_S) -> dict:
+              settings: Sequence[str] = ("single", "disagg"), timeout_s: float = TIMEOUT_S,
+              bits: Optional[int] = None, gpus: bool = False) -> dict:
     """The study (module docstring): ``repeats`` x ``settings`` (of :data:`SETTINGS`), each in
     fresh processes of ``rounds`` rounds. Returns a JSON-ready dict: ``summary`` (:func:`summarize`),
     ``runs`` (setting -> every repeat's :func:`run_figures`), ``config``, ``load`` (``os.getloadavg``
-    before each run: the shared machine's state) and ``wall_s``."""
+    before each run: the shared machine's state) and ``wall_s``. ``bits``: the preset's weights
+    quantized; ``gpus``: each process on a GPU of its own (:func:`launch`)."""
     from mlxlab.core.presets import model_limits, preset_config
 
     vocab, _ = model_limits(preset_config(model))
@@ -274,19 +332,20 @@ def run_study(*, model: str = "small", dtype: str = "float32", doc_tokens: int =
                 load.append({"repeat": rep, "setting": setting, "loadavg": list(os.getloadavg())})
                 files = launch(workload, Path(tmp) / f"{setting}-{rep}", model=model, dtype=dtype, policy=policy,
                                chunk_size=chunk_size, rounds=rounds, threads=per_process[setting], timeout_s=timeout_s,
-                               **SETTINGS[setting])
+                               bits=bits, gpus=gpus, **SETTINGS[setting])
                 runs[setting].append(run_figures(files))
                 if progress:
                     r = runs[setting][-1]
                     print(f"[disagg] repeat {rep + 1}/{repeats} {setting}: chat ITL p50 {r['chat_itl_p50_ms']:.1f} ms "
                           f"p99 {r['chat_itl_p99_ms']:.1f} ms, doc TTFT {r['doc_ttft_s']:.3f} s", flush=True)
     return {"summary": summarize(runs), "runs": runs, "load": load, "wall_s": time.perf_counter() - t0,
-            "config": {"model": model, "dtype": dtype, "doc_tokens": doc_tokens, "chat_context": chat_context,
+            "config": {"model": model, "dtype": dtype, "bits": bits, "gpus": gpus, "doc_tokens": doc_tokens, "chat_context": chat_context,
                        "doc_max_tokens": doc_max_tokens, "chunk_size": chunk_size, "policy": policy,
                        "repeats": repeats, "rounds": rounds, "openblas_threads_per_process": threads,
                        "openblas_threads_by_setting": {s: per_process[s] for s in settings},
                        "warm_tokens": WARM_TOKENS, "after_tokens": AFTER_TOKENS, "seed": seed,
-                       "transport": "mx.distributed ring backend, send/recv, loopback (127.0.0.1)",
+                       "transport": "mx.distributed ring backend, send/recv, loopback (127.0.0.1), through host "
+                                    "memory (mlx's NCCL backend has no send/recv)",
                        "decode_policy": "interleave", "cpu_count": os.cpu_count(), "settings": list(settings),
                        "launcher": "mlx.launch at SCHED_IDLE (its output threads spin), ranks reset to SCHED_OTHER"}}
 
