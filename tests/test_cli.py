@@ -13,7 +13,7 @@ from mlxlab.cli import build_parser, main
 
 ROOT = Path(__file__).resolve().parent.parent
 EXPECTED = {"bench", "bench engine", "bench contention", "bench disagg", "bench scheduling", "bench speculation", "bench serve", "reproduce",
-            "rescore", "rescore-warmup", "export-model", "bench http",
+            "rescore", "rescore-warmup", "export-model", "bench http", "bench soak",
             "campaign", "campaign plan", "campaign run", "campaign collect",
             "paper", "profile", "validate-sim", "seed-scale", "train-tiny", "serve", "tune"}
 

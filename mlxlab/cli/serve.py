@@ -113,6 +113,9 @@ def register_bench(bsub: argparse._SubParsersAction) -> None:
     add_save_argument(bs)
     bs.set_defaults(func=cli_bench_serve)
     register_bench_http(bsub)
+    from mlxlab.cli.soak import register_bench_soak
+
+    register_bench_soak(bsub)
 
 
 def register_bench_http(bsub: argparse._SubParsersAction) -> None:

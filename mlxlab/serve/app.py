@@ -222,13 +222,27 @@ class Server:
         if stream_mode:
             return EventSourceResponse(self._sse(request, stream, gen, rid, chat, len(ids)), ping=15,
                                        headers={"Cache-Control": "no-cache"})
+        # the whole response at once: the client may leave while it decodes, and no send will tell
+        # (nothing is sent until the end), so its disconnect is awaited beside the tokens and
+        # cancels the request (else it decodes to max_tokens, holding its KV and an in-flight slot)
+        tokens = asyncio.ensure_future(self._drain(stream, gen))
+        gone = asyncio.ensure_future(_disconnected(request))
         try:
-            async for _ in self._events(stream, gen):
-                pass
+            await asyncio.wait({tokens, gone}, return_when=asyncio.FIRST_COMPLETED)
+            if not tokens.done():
+                self.worker.cancel(stream)
+            await tokens
         except asyncio.CancelledError:  # the client went away
             self.worker.cancel(stream)
+            tokens.cancel()
             raise
+        finally:
+            gone.cancel()
         return JSONResponse(self._full(rid, chat, gen, len(ids), stream.request))
+
+    async def _drain(self, stream: Stream, gen: "_Generation") -> None:
+        async for _ in self._events(stream, gen):
+            pass
 
     async def _events(self, stream: Stream, gen: "_Generation"):
         """Yield the new text and ids as tokens arrive; cancels the request at a stop string."""
@@ -320,6 +334,12 @@ class _Generation:
         out = out if at is None else out[:at]
         self.text += out
         return out
+
+
+async def _disconnected(request: Request) -> None:
+    """Return once the client has gone (its body already read, the next message is the disconnect)."""
+    while (await request.receive())["type"] != "http.disconnect":
+        pass
 
 
 def _usage(prompt: int, completion: int, req=None) -> dict:

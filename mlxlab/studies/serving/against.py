@@ -95,28 +95,49 @@ class Server:
 
 
 def stream(client, url: str, model: str, prompt: str, max_tokens: int, user: Optional[str] = None) -> Dict:
-    """One streaming completion: ``sent``, per chunk its arrival and token count, ``error``.
-    ``user``: the OpenAI ``user`` field, which mlxlab serve takes as the tenant (a recorded trace
-    then knows the chat from the documents; mlx_lm.server ignores it)."""
+    """One streaming completion: ``sent``, per chunk its arrival and token count (its ``token_ids``
+    where the server sends them, mlxlab's extension, else its text's length), ``error``; also the
+    HTTP ``status``, an error body's ``error_code``, the ``ids`` streamed, the ``finish_reason``
+    and whether ``[DONE]`` came (``done_seen``), and the ``prompt``. ``user``: the OpenAI ``user``
+    field, which mlxlab serve takes as the tenant (a recorded trace then knows the chat from the
+    documents; mlx_lm.server ignores it)."""
     body = {"model": model, "prompt": prompt, "max_tokens": max_tokens, "stream": True, "temperature": 0.0}
     if user:
         body["user"] = user
-    out = {"sent": time.perf_counter(), "arrivals": [], "tokens": [], "error": None}
+    out = {"sent": time.perf_counter(), "arrivals": [], "tokens": [], "error": None, "status": None,
+           "error_code": None, "ids": [], "finish_reason": None, "done_seen": False, "prompt": prompt}
     try:
         with client.stream("POST", url + "/v1/completions", json=body) as r:
+            out["status"] = r.status_code
             if r.status_code != 200:
-                out["error"] = f"HTTP {r.status_code}: {r.read()[:200]!r}"
+                raw = r.read()
+                out["error"], out["error_code"] = f"HTTP {r.status_code}: {raw[:200]!r}", error_code(raw)
                 return out
             for line in r.iter_lines():
+                if line.strip() == "data: [DONE]":
+                    out["done_seen"] = True
                 if not line.startswith("data:") or line.strip() == "data: [DONE]":
                     continue
-                text = json.loads(line[5:])["choices"][0].get("text") or ""
-                if text:
+                choice = json.loads(line[5:])["choices"][0]
+                ids = choice.get("token_ids") or []
+                out["ids"] += ids
+                out["finish_reason"] = choice.get("finish_reason") or out["finish_reason"]
+                n = len(ids) or len(choice.get("text") or "")
+                if n:
                     out["arrivals"].append(time.perf_counter())
-                    out["tokens"].append(len(text))
+                    out["tokens"].append(n)
     except Exception as e:  # noqa: BLE001 - a failed request is a measured outcome, kept with its reason
         out["error"] = f"{type(e).__name__}: {e}"
     return out
+
+
+def error_code(raw: bytes) -> Optional[str]:
+    """The ``code`` (else ``type``) of an OpenAI-style error body, or None."""
+    try:
+        err = json.loads(raw)["error"]
+        return str(err.get("code") or err.get("type"))
+    except (ValueError, KeyError, TypeError, AttributeError):
+        return None
 
 
 def token_gaps(run: Dict) -> List[float]:

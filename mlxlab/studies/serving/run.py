@@ -207,6 +207,10 @@ def serve_verdicts(presets: Dict[str, dict]) -> List[dict]:
 def decide_stored(doc: dict, path=None) -> List[dict]:
     """The verdicts of a saved ``serve_overhead.json`` (:class:`~mlxlab.studies.base.Study`'s
     ``decide``), from its stored summaries; nothing is re-run."""
+    if "faults_by_kind" in doc:  # mlxlab bench soak
+        from mlxlab.studies.serving.soak_verdict import soak_verdicts
+
+        return soak_verdicts(doc)
     if "servers" in doc:  # mlxlab bench http
         from mlxlab.studies.serving.against import against_verdicts
 
