@@ -40,6 +40,10 @@ def register(sub: argparse._SubParsersAction) -> None:
                          "could never fit is refused with the reason (default: no budget)")
     sp.add_argument("--max-in-flight", type=positive_int, default=None,
                     help="with this many requests in the engine, another gets 429 and Retry-After (default: no limit)")
+    sp.add_argument("--tokenizer-processes", type=int, default=0, metavar="N",
+                    help="tokenize prompts of 2,048+ characters in N worker processes: a model directory's tokenizer "
+                         "holds the GIL for a whole encode, stalling the engine thread (mlxlab.serve.encode; a preset's "
+                         "byte tokenizer never needs one)")
     sp.add_argument("--draft-model", default=None, metavar="PRESET_OR_DIR",
                     help="a draft model sharing the model's vocabulary (loaded with the same --bits and --dtype): "
                          "requests with num_draft_tokens decode speculatively, each in its own lane beside the batch")
@@ -272,7 +276,7 @@ def cli_serve(args: argparse.Namespace) -> int:
                          kv_budget_bytes=args.kv_budget_mb << 20 if args.kv_budget_mb else None,
                          max_in_flight=args.max_in_flight, draft_model=draft,
                          num_draft_tokens=args.num_draft_tokens, compile_decode=args.compile_decode,
-                         record=args.record, **options)
+                         record=args.record, tokenizer_processes=args.tokenizer_processes, **options)
     print(f"mlxlab serve: {args.model} ({model.num_params / 1e6:.1f}M params, {model.dtype}), policy {args.policy} "
           f"{options or ''}, chunk {args.chunk_size}{f', draft {args.draft_model}' if draft else ''}, "
           f"on http://{args.host}:{args.port}" + (f", recording to {args.record}" if args.record else ""), flush=True)

@@ -25,7 +25,8 @@ SHUTDOWN_DRAIN_S = 3.0  # at SIGINT/SIGTERM, how long cancelled streams get to s
 
 
 def build(model, *, model_name: Optional[str] = None, tokenizer=None, max_in_flight: Optional[int] = None,
-          num_draft_tokens: Optional[int] = None, record: Optional[str] = None, **engine_options) -> Server:
+          num_draft_tokens: Optional[int] = None, record: Optional[str] = None, tokenizer_processes: int = 0,
+          **engine_options) -> Server:
     """A :class:`Server` for ``model`` (a :class:`mlxlab.engine.models.LoadedModel`): an
     :class:`mlxlab.Engine` with ``engine_options`` on its own thread (started with the app);
     ``max_in_flight``: more requests at once get 429 with Retry-After. With ``draft_model`` (an
@@ -34,7 +35,8 @@ def build(model, *, model_name: Optional[str] = None, tokenizer=None, max_in_fli
     the newest :data:`HISTORY_LIMIT` step records and finished requests unless
     ``history_limit`` says otherwise (None: all, memory growing with every request). ``record``:
     append one trace line per finished request to this file (:class:`mlxlab.core.traces.TraceRecorder`,
-    what ``mlxlab tune --trace`` reads)."""
+    what ``mlxlab tune --trace`` reads). ``tokenizer_processes``: long prompts are tokenized in this
+    many worker processes (a model directory's tokenizer holds the GIL: :mod:`mlxlab.serve.encode`)."""
     from mlxlab.engine.loop import Engine
 
     name = model_name or getattr(model, "name", "model")
@@ -48,7 +50,8 @@ def build(model, *, model_name: Optional[str] = None, tokenizer=None, max_in_fli
 
         recorder = TraceRecorder(record, offset_s=time.time() - engine.now())
     return Server(EngineWorker(engine, recorder=recorder), tokenizer or tokenizer_for(name), name,
-                  max_in_flight=max_in_flight, num_draft_tokens=num_draft_tokens)
+                  max_in_flight=max_in_flight, num_draft_tokens=num_draft_tokens,
+                  tokenizer_processes=tokenizer_processes)
 
 
 def run(server: Server, host: str = "127.0.0.1", port: int = 8000, log_level: str = "info") -> None:

@@ -32,6 +32,7 @@ from starlette.requests import Request
 from starlette.responses import JSONResponse, Response
 from starlette.routing import Route
 
+from mlxlab.serve.encode import Encoder
 from mlxlab.serve.text import safe_prefix, stop_index
 from mlxlab.serve.worker import EngineWorker, Stream
 
@@ -74,8 +75,11 @@ class Server:
     """The app and its state: the worker (engine thread), the tokenizer, the served model name."""
 
     def __init__(self, worker: EngineWorker, tokenizer, model_name: str, max_body_bytes: int = MAX_BODY_BYTES,
-                 max_in_flight: Optional[int] = None, num_draft_tokens: Optional[int] = None):
+                 max_in_flight: Optional[int] = None, num_draft_tokens: Optional[int] = None,
+                 tokenizer_processes: int = 0):
         self.worker, self.tokenizer, self.model_name = worker, tokenizer, model_name
+        # long prompts tokenized in worker processes (the tokenizer holds the GIL: mlxlab.serve.encode)
+        self.encoder = Encoder(tokenizer, tokenizer_processes)
         self.max_body_bytes = max_body_bytes
         # with this many requests in the engine, another gets 429 and Retry-After (counted by the
         # engine thread, so a burst arriving in one moment may pass it by a few)
@@ -89,10 +93,12 @@ class Server:
         async def lifespan(app):
             if not self.worker.alive:
                 self.worker.start()
+            await asyncio.get_running_loop().run_in_executor(None, self.encoder.start)
             try:
                 yield
             finally:  # shutdown (SIGINT/SIGTERM through uvicorn): in-flight requests are cancelled
                 await asyncio.get_running_loop().run_in_executor(None, self.worker.stop)
+                await asyncio.get_running_loop().run_in_executor(None, self.encoder.stop)
 
         routes = [Route("/health", self.health), Route("/metrics", self.metrics),
                   Route("/v1/models", self.models),
@@ -117,7 +123,7 @@ class Server:
         body = await self._body(request)
         prompt = _field(body, "prompt", (str, list), required=True)
         if isinstance(prompt, str):
-            ids = self.tokenizer.encode(prompt)
+            ids = await self.encoder.encode(prompt)
         else:
             ids = prompt
             if ids and all(isinstance(p, str) for p in ids):
@@ -134,7 +140,7 @@ class Server:
             if not isinstance(m, dict) or not isinstance(m.get("role"), str) or not isinstance(m.get("content"), str):
                 raise ApiError(400, f"messages[{i}] must be an object with a string 'role' and 'content'",
                                f"messages[{i}]", "invalid_type")
-        ids = self.tokenizer.chat_prompt([{"role": m["role"], "content": m["content"]} for m in messages])
+        ids = await self.encoder.chat_prompt([{"role": m["role"], "content": m["content"]} for m in messages])
         return await self._generate(request, body, ids, chat=True, default_max=DEFAULT_MAX_TOKENS)
 
     # ------------------------------------------------------------------ helpers
