@@ -52,6 +52,9 @@
 #              azure (the first 40 requests of the committed Azure sample, prompts of 1,000+ tokens as batch,
 #              lengths x1), SLO TUNE_SLO (chat.itl_p99<=3x), 3 repeats: the profile, the simulated grid, the
 #              confirmation and the exhaustive sweep of 10 settings (~450-550 s, an estimate: one trace a call)
+#   encode     issue 36 item 3: probes/encode_gil_probe.py on qwen2.5-coder-1.5b at 4 bits, 5 repeats: whether
+#              tokenizing posted documents in a worker process (mlxlab serve --tokenizer-processes 1) keeps the
+#              chat's ITL p99 where tokenizing on the event loop does not, on a host with cores to spare (~120 s)
 #   disagg2    issue 40, on the nvidia-h200-x2 kind only (two GPUs of one host): bench disagg with --gpus
 #              (the one engine on GPU 0; the prefill rank on GPU 0 and the decode rank on GPU 1, KV through
 #              host memory over mlx's ring backend, since its NCCL backend has no send/recv; the split
@@ -84,7 +87,7 @@
 #   --param "models=[PRESET]" --param bits=4 (cold_repeats now 5), one call per preset.
 set -uo pipefail
 cd "$(dirname "$0")/.."
-part=${1:?give a PART: engine | engine05 | sim | heldout | sched | sched_cudnn | slo | singlereq | rebatch | chunks | decodes | presize | align | limit | exit | contention | oprofile | serve | determinism | compiled | http | tune | disagg2}
+part=${1:?give a PART: engine | engine05 | sim | heldout | sched | sched_cudnn | slo | singlereq | rebatch | chunks | decodes | presize | align | limit | exit | contention | oprofile | serve | determinism | compiled | http | tune | disagg2 | encode}
 H="bash scripts/h200.sh"
 LOG=${OUT:-/tmp}/logs/$part.log
 MARK=$(mktemp) && touch "$MARK"
@@ -190,6 +193,8 @@ case "$part" in
     esac
     T=${T_TUNE:-570} run $H tune --save --model "$m" --bits 4 "${tr[@]}" --slo "${TUNE_SLO:-chat.itl_p99<=3x}" \
       --sweep --repeats 3 --name "$nm" ;;
+  encode)
+    T=${T_ENCODE:-300} run $PY -m probes.encode_gil_probe --model qwen2.5-coder-1.5b --bits 4 --repeats 5 --chat-tokens 300 ;;
   disagg2)
     m=${DISAGG_MODEL:-qwen2.5-coder-1.5b}
     n=${DISAGG_DOC_TOKENS:-8192}
