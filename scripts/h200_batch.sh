@@ -52,7 +52,7 @@
 #              azure (the first 40 requests of the committed Azure sample, prompts of 1,000+ tokens as batch,
 #              lengths x1), SLO TUNE_SLO (chat.itl_p99<=3x), 3 repeats: the profile, the simulated grid, the
 #              confirmation and the exhaustive sweep of 10 settings (~450-550 s, an estimate: one trace a call)
-#   soak       issue 41: bench soak on SOAK_MODEL (qwen2.5-coder-1.5b) exported at 4 bits, 9 minutes (one call:
+#   soak       issue 41: bench soak on SOAK_MODEL (qwen2.5-coder-1.5b) exported at 4 bits, 8 minutes (one call:
 #              the 10 the issue asks for do not fit beside the export and the end checks), written as
 #              serve_soak_MODEL.json; needs .whl/ as serve (~600 s)
 #   encode     issue 36 item 3: probes/encode_gil_probe.py on qwen2.5-coder-1.5b at 4 bits, 5 repeats: whether
@@ -200,7 +200,7 @@ case "$part" in
     m=${SOAK_MODEL:-qwen2.5-coder-1.5b}
     dir=$(mktemp -d)/$m-4bit
     T=120 run $H export-model "$m" --bits 4 --out "$dir"
-    T=${T_SOAK:-590} run $H bench soak --save --model "$dir" --minutes ${SOAK_MINUTES:-9} --name "serve_soak_$m" ;;
+    T=${T_SOAK:-580} run $H bench soak --save --model "$dir" --minutes ${SOAK_MINUTES:-8} --name "serve_soak_$m" ;;
   encode)
     T=${T_ENCODE:-300} run $PY -m probes.encode_gil_probe --model qwen2.5-coder-1.5b --bits 4 --repeats 5 --chat-tokens 300 ;;
   disagg2)
