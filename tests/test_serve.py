@@ -251,6 +251,26 @@ def test_stop_returns_only_once_the_engine_os_thread_has_exited(tiny):
         assert not Path(f"/proc/self/task/{tid}").exists()
 
 
+def test_a_burst_cannot_pass_max_in_flight(tiny):
+    """Six requests at once under --max-in-flight 2: the limit counts a request from its submit on
+    the event loop, not from when the engine thread takes it, so exactly two are admitted (the
+    soak saw 19 in flight under a limit of 8 when the engine thread's count decided)."""
+    srv = serve.build(tiny, model_name="tiny", chunk_size=64, max_in_flight=2)
+    url, stop = serve.start_background(srv)
+
+    async def burst():
+        async with httpx.AsyncClient(timeout=60) as client:
+            return await asyncio.gather(*[client.post(url + "/v1/completions", json={
+                "model": "tiny", "prompt": f"burst {i}", "max_tokens": 600}) for i in range(6)])
+
+    try:
+        codes = sorted(r.status_code for r in asyncio.run(burst()))
+        assert codes == [200, 200, 429, 429, 429, 429]
+        assert srv.worker.outstanding == 0 and srv.worker.in_flight == 0
+    finally:
+        stop()
+
+
 def test_over_max_in_flight_a_request_gets_429_with_retry_after(tiny):
     srv = serve.build(tiny, model_name="tiny", chunk_size=64, max_in_flight=1)
     url, stop = serve.start_background(srv)

@@ -81,8 +81,8 @@ class Server:
         # long prompts tokenized in worker processes (the tokenizer holds the GIL: mlxlab.serve.encode)
         self.encoder = Encoder(tokenizer, tokenizer_processes)
         self.max_body_bytes = max_body_bytes
-        # with this many requests in the engine, another gets 429 and Retry-After (counted by the
-        # engine thread, so a burst arriving in one moment may pass it by a few)
+        # with this many requests submitted and not ended, another gets 429 and Retry-After (counted
+        # at submit on the event loop, so a burst arriving in one moment cannot pass it)
         self.max_in_flight = max_in_flight
         self.num_draft_tokens = num_draft_tokens  # for requests that name none (needs the engine's draft model)
         self.started = int(time.time())
@@ -214,8 +214,8 @@ class Server:
                                 f"context of {ctx} tokens: lower max_tokens to at most {ctx - len(ids)}",
                            "max_tokens", "context_length_exceeded")
         engine_opts = {k: v for k, v in opts.items() if v is not None}
-        if self.max_in_flight is not None and self.worker.in_flight >= self.max_in_flight:
-            raise ApiError(429, f"{self.worker.in_flight} requests are in flight, the most this server takes at "
+        if self.max_in_flight is not None and self.worker.outstanding >= self.max_in_flight:
+            raise ApiError(429, f"{self.worker.outstanding} requests are in flight, the most this server takes at "
                                 f"once (--max-in-flight); retry in a moment", None, "server_busy",
                            kind="rate_limit_error", headers={"Retry-After": "1"})
         stream = Stream(asyncio.get_running_loop(), tenant)

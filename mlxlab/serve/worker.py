@@ -48,6 +48,8 @@ class EngineWorker:
         self.recorder = recorder  # a TraceRecorder: one trace line per finished request (serve --record)
         self._inbox: "queue.SimpleQueue[tuple]" = queue.SimpleQueue()
         self._live: Dict[int, Stream] = {}  # request id -> stream
+        # submitted (event loop) and ended (engine thread): each counter has one writer
+        self._submitted = self._ended = 0
         self._stopping = threading.Event()
         self.error: Optional[BaseException] = None
         self.thread = threading.Thread(target=self._run, name="mlxlab-engine", daemon=True)
@@ -58,6 +60,7 @@ class EngineWorker:
         return self
 
     def submit(self, stream: Stream, prompt, max_tokens: int, **options) -> None:
+        self._submitted += 1  # the handlers' thread only (the event loop): one writer
         self._inbox.put(("submit", stream, prompt, max_tokens, options))
 
     def cancel(self, stream: Stream) -> None:
@@ -89,6 +92,13 @@ class EngineWorker:
         return len(self._live)
 
     @property
+    def outstanding(self) -> int:
+        """Requests handed to :meth:`submit` and not yet ended, counting those still queued for the
+        engine thread: what ``--max-in-flight`` limits (:attr:`in_flight` lags a burst, whose
+        handlers all check before the engine thread has taken any of them)."""
+        return self._submitted - self._ended
+
+    @property
     def alive(self) -> bool:
         return self.thread.is_alive()
 
@@ -111,6 +121,7 @@ class EngineWorker:
             self.error = e
             for stream in self._live.values():
                 stream.put("error", f"the engine failed: {e!r}", None)
+            self._ended += len(self._live)
             self._live.clear()
         finally:
             close = getattr(eng, "close", None)
@@ -139,6 +150,7 @@ class EngineWorker:
             try:
                 req = self.engine.submit(prompt, max_tokens, tenant=stream.tenant, **options)
             except ValueError as e:
+                self._ended += 1
                 stream.put("error", str(e), None)
                 return
             stream.request = req
@@ -169,4 +181,5 @@ class EngineWorker:
                     self.recorder.write(req)  # its first token cost no decode: nothing to replay
                 stream.put("done", req.finish_reason)
                 del self._live[rid]
+                self._ended += 1
         self.metrics.queues(len(self._live))
