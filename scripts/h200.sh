@@ -24,7 +24,7 @@ if [ -n "${OUT:-}" ] && [ "${1:-}" != campaign ]; then  # a campaign packs its o
   # with its folders: a run folder comes back as $OUT/h200/runs/TIME/, the committed files as $OUT/h200/NAME
   mkdir -p "$OUT/h200"
   if [ -d data/results/h200 ]; then
-    (cd data/results/h200 && find . -type f -newer "$MARK" -exec cp --parents {} "$OUT/h200/" \;)
+    (cd data/results/h200 && find . -path ./runs -prune -o -type f -newer "$MARK" -exec cp --parents {} "$OUT/h200/" \;)
   fi
   if ls data/profiles/h200-*.json >/dev/null 2>&1; then mkdir -p "$OUT/profiles" && cp data/profiles/h200-*.json "$OUT/profiles/"; fi
 fi

@@ -44,9 +44,11 @@
 #              keeps mlx's fused one-query attention and gives back the 26-30% the mask costs (~200 s)
 #   http       issue 36: export HTTP_MODEL (default qwen2.5-coder-1.5b) at 4 bits, then bench http on it:
 #              mlx_lm.server and mlxlab serve (slo, interleave), 4 document workers of 16,000 tokens beside a
-#              1,500-token chat streaming HTTP_CHAT_TOKENS (150), 2 repeats after a warm-up round, written as
-#              serve_http_MODEL.json (~450 s: mlx_lm.server's contended chat runs at ~0.7 s a token; one preset
-#              a call; needs .whl/ as serve)
+#              1,500-token chat streaming HTTP_CHAT_TOKENS (100) in chats one after another for HTTP_WINDOW_S (30 s),
+#              2 repeats after a warm-up round, written as serve_http_MODEL.json (~450 s: mlx_lm.server's contended
+#              chat runs at ~0.75 s a token; one preset a call; needs .whl/ as serve). Each finished server is kept
+#              in serve_http_MODEL_partial.json until the end. On 2026-12-05 150 tokens and a 60 s window ran past
+#              540 s and wrote nothing.
 #   tune       issue 37: mlxlab tune --sweep at 4 bits on TUNE_MODEL (qwen2.5-coder-1.5b; then llama-3.2-1b),
 #              TUNE_TRACE=recorded (the committed seed-001 scene sample, lengths x TUNE_LENGTH_SCALE=4) or
 #              azure (the first 40 requests of the committed Azure sample, prompts of 1,000+ tokens as batch,
@@ -183,8 +185,8 @@ case "$part" in
     dir=$(mktemp -d)/$m-4bit  # the results name the directory by its last part only
     T=120 run $H export-model "$m" --bits 4 --out "$dir"
     T=${T_HTTP:-540} run $H bench http --save --model-dir "$dir" --policies ${HTTP_POLICIES:-slo interleave} --workers 4 \
-      --chat-chars 1500 --chat-tokens ${HTTP_CHAT_TOKENS:-150} --doc-chars 16000 --doc-tokens 8 --repeats ${HTTP_REPEATS:-2} \
-      --prefill-step 2048 --name "serve_http_$m" ;;
+      --chat-chars 1500 --chat-tokens ${HTTP_CHAT_TOKENS:-100} --doc-chars 16000 --doc-tokens 8 --repeats ${HTTP_REPEATS:-2} \
+      --window-s ${HTTP_WINDOW_S:-30} --prefill-step 2048 --name "serve_http_$m" ;;
   tune)
     m=${TUNE_MODEL:-qwen2.5-coder-1.5b}
     case ${TUNE_TRACE:-recorded} in
@@ -216,7 +218,8 @@ if [ -n "${OUT:-}" ]; then
   # with its folders: a run folder comes back as $OUT/h200/runs/TIME/, the committed files as $OUT/h200/NAME
   mkdir -p "$OUT/h200"
   if [ -d data/results/h200 ]; then
-    (cd data/results/h200 && find . -type f -newer "$MARK" -exec cp --parents {} "$OUT/h200/" \;)
+    # not runs/TIME/ (server logs): three folders down does not come back, and only 8 files do
+    (cd data/results/h200 && find . -path ./runs -prune -o -type f -newer "$MARK" -exec cp --parents {} "$OUT/h200/" \;)
   fi
   if [ -d data/results/h200x2 ]; then
     mkdir -p "$OUT/h200x2" && (cd data/results/h200x2 && find . -type f -newer "$MARK" -exec cp --parents {} "$OUT/h200x2/" \;)

@@ -61,6 +61,34 @@ def test_throughput_needs_the_repeats_apart_and_chat_itl_needs_enough_documents(
     assert v["mlx-serve-chat-itl"]["verdict"] == "not reproduced" and v["mlx-serve-chat-itl"]["measured"]["eligible"] == []
 
 
+def test_each_finished_server_is_handed_on_before_the_next_starts(monkeypatch, tmp_path):
+    """A run cut short by a time limit keeps what finished: ``on_server`` sees the servers so far,
+    mlx_lm.server alone first, and is called before the next server is started."""
+    from mlxlab.studies.serving import against
+
+    started, seen = [], []
+
+    class FakeServer:
+        def __init__(self, cmd, port, log_path):
+            started.append(cmd[0])
+
+        def __enter__(self):
+            return "http://fake"
+
+        def __exit__(self, *exc):
+            return None
+
+    figs = {"solo_itl_p99_ms": 5.0, "chat_itl_p99_ms": 7.0, "docs_per_min": 10.0, "window_s": 1.0, "chats": 1,
+            "errors": []}
+    monkeypatch.setattr(against, "Server", FakeServer)
+    monkeypatch.setattr(against, "scene", lambda *a, **k: dict(figs))
+    res = against.against_mlx_lm(str(tmp_path / "m"), policies=["slo", "interleave"], repeats=1, progress=False,
+                                 on_server=lambda r: seen.append((len(started), sorted(r["servers"]))))
+    assert seen == [(1, ["mlx_lm.server"]), (2, ["mlx_lm.server", "mlxlab slo"]),
+                    (3, ["mlx_lm.server", "mlxlab interleave", "mlxlab slo"])]
+    assert set(res["servers"]) == {"mlx_lm.server", "mlxlab slo", "mlxlab interleave"}
+
+
 def test_bench_http_runs_both_servers_and_leaves_no_process_behind(tmp_path):
     data = Path(__file__).resolve().parent.parent / "data"
     shutil.copytree(data / "models", tmp_path / "data" / "models")
@@ -83,6 +111,7 @@ def test_bench_http_runs_both_servers_and_leaves_no_process_behind(tmp_path):
         assert s["summary"]["solo_itl_p99_ms"]["median"] > 0 and not s["summary"]["errors"]
         assert s["runs"][0]["window_s"] >= 2.0  # chats one after another until the window is over
     assert {v["claim"] for v in doc["verdicts"]} == {"mlx-serve-vs-mlxlm-throughput", "mlx-serve-chat-itl"}
+    assert list(Path(path).parent.glob("*_partial.json")) == []  # the run's partial file is gone once it finished
     trace = Path(path).parent / doc["servers"]["mlxlab interleave"]["trace"]  # the mlxlab server's recorded trace
     from mlxlab.core.traces import read_trace
 

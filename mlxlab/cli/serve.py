@@ -174,17 +174,27 @@ def cli_bench_http(args: argparse.Namespace) -> int:
     signal.signal(signal.SIGTERM, lambda *_: sys.exit(143))  # stopped from outside: still stop the servers it started
     plat = args.platform or platform_name()
     logs = run_folder(plat, False)  # the servers' logs: always in an ignored run folder, never the committed results
-    res = against_mlx_lm(str(args.model_dir), policies=args.policies, workers=args.workers, chat_chars=args.chat_chars,
-                         chat_tokens=args.chat_tokens, doc_chars=args.doc_chars, doc_tokens=args.doc_tokens,
-                         repeats=args.repeats, prefill_step=args.prefill_step, window_s=args.window_s,
-                         log_dir=str(logs), record_dir=_trace_dir(args, logs) if args.record else None)
     folder = logs if not args.save else run_folder(plat, True)
-    vs = against_verdicts(res)
-    sys.argv = [Path(args.model_dir).name if a == str(args.model_dir) else a for a in sys.argv]  # stored argv: no machine path
+    model_arg = str(args.model_dir)
+    sys.argv = [Path(a).name if a == model_arg else a for a in sys.argv]  # stored argv: no machine path
     params = {k: getattr(args, k) for k in ("policies", "workers", "chat_chars", "chat_tokens", "doc_chars",
                                             "doc_tokens", "repeats", "prefill_step", "window_s", "record")}
-    path = save_results(args.name, res, platform=plat, folder=folder, verdicts=vs,
-                        parameters={**params, "model_dir": Path(args.model_dir).name})
+    params["model_dir"] = Path(model_arg).name
+    partial = folder / f"{args.name}_partial.json"
+
+    def keep_so_far(res_so_far: dict) -> None:  # a run stopped by a time limit keeps the servers that finished
+        save_results(partial.stem, {**res_so_far, "partial": "the servers that finished before the run stopped; "
+                                                             "no verdicts (mlxlab bench http writes them at its end)"},
+                     platform=plat, folder=folder, parameters=params)
+
+    res = against_mlx_lm(model_arg, policies=args.policies, workers=args.workers, chat_chars=args.chat_chars,
+                         chat_tokens=args.chat_tokens, doc_chars=args.doc_chars, doc_tokens=args.doc_tokens,
+                         repeats=args.repeats, prefill_step=args.prefill_step, window_s=args.window_s,
+                         log_dir=str(logs), record_dir=_trace_dir(args, logs) if args.record else None,
+                         on_server=keep_so_far)
+    vs = against_verdicts(res)
+    path = save_results(args.name, res, platform=plat, folder=folder, verdicts=vs, parameters=params)
+    partial.unlink(missing_ok=True)  # the whole run is in path now
     for v in vs:
         print(f"[{v['verdict']}] {v['claim']}: {v['measured']}")
     try:  # the figure: documents/min against the chat's ITL p99, a point per server

@@ -36,7 +36,7 @@ def markers(name: str):
 def _files(results: Path, pattern: str) -> List[Path]:
     out = []
     for plat in sorted(p for p in results.iterdir() if p.is_dir()) if results.is_dir() else []:
-        out += sorted(plat.glob(pattern))
+        out += sorted(f for f in plat.glob(pattern) if not f.stem.endswith("_partial"))  # a run cut short: not a result
     return out
 
 

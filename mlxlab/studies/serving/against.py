@@ -27,7 +27,7 @@ import subprocess
 import sys
 import threading
 import time
-from typing import Dict, List, Optional, Sequence
+from typing import Callable, Dict, List, Optional, Sequence
 
 import numpy as np
 
@@ -242,12 +242,19 @@ def summarize(runs: List[Dict]) -> Dict:
 def against_mlx_lm(model_dir: str, *, policies: Sequence[str] = ("slo",), workers: int = 4, chat_chars: int = 1500,
                    chat_tokens: int = 300, doc_chars: int = 16000, doc_tokens: int = 8, repeats: int = 2,
                    prefill_step: int = 2048, window_s: float = 60.0, log_dir: str = ".",
-                   record_dir: Optional[str] = None, progress: bool = True) -> Dict:
+                   record_dir: Optional[str] = None, progress: bool = True,
+                   on_server: Optional[Callable[[Dict], None]] = None) -> Dict:
     """The scene on ``mlx_lm.server`` and on ``mlxlab serve`` under each of ``policies``, one server
     at a time, each with a warm-up round (a shorter scene) first. Every prompt is a fresh random text, the same
     ones on every server, so no prompt cache serves a document (mlx_lm.server keeps one). Returns per server the runs,
-    their summary and its command line."""
+    their summary and its command line. ``on_server``, when given, is called with the result so far after each
+    server (a run cut short by a time limit keeps the servers that finished)."""
     name = os.path.basename(os.path.normpath(model_dir))
+    config = {"model_dir": name, "policies": list(policies), "workers": workers, "chat_chars": chat_chars,
+              "chat_tokens": chat_tokens, "doc_chars": doc_chars, "doc_tokens": doc_tokens, "repeats": repeats,
+              "prefill_step": prefill_step, "window_s": window_s,
+              "tokenizer": "one token per ASCII character (mlxlab export-model)",
+              "prompts": "fresh random text per request, the same on every server"}
     out = {}
     for kind, policy in [("mlx-lm", None)] + [("mlxlab", p) for p in policies]:
         label = "mlx_lm.server" if kind == "mlx-lm" else f"mlxlab {policy}"
@@ -275,12 +282,9 @@ def against_mlx_lm(model_dir: str, *, policies: Sequence[str] = ("slo",), worker
         shown = [name if a == model_dir else os.path.basename(a) if a == rec else a for a in cmd[1:]]  # no machine paths
         out[label] = {"runs": runs, "summary": summarize(runs), "command": [os.path.basename(cmd[0])] + shown,
                       "model_name": name, **({"trace": os.path.basename(rec)} if rec else {})}
-    return {"servers": out, "config": {"model_dir": name, "policies": list(policies), "workers": workers,
-                                       "chat_chars": chat_chars, "chat_tokens": chat_tokens, "doc_chars": doc_chars,
-                                       "doc_tokens": doc_tokens, "repeats": repeats, "prefill_step": prefill_step,
-                                       "window_s": window_s,
-                                       "tokenizer": "one token per ASCII character (mlxlab export-model)",
-                                       "prompts": "fresh random text per request, the same on every server"}}
+        if on_server is not None:
+            on_server({"servers": dict(out), "config": config})
+    return {"servers": out, "config": config}
 
 
 # ----------------------------------------------------------------------------- verdicts
