@@ -112,6 +112,15 @@ def test_bench_http_runs_both_servers_and_leaves_no_process_behind(tmp_path):
         assert s["runs"][0]["window_s"] >= 2.0  # chats one after another until the window is over
     assert {v["claim"] for v in doc["verdicts"]} == {"mlx-serve-vs-mlxlm-throughput", "mlx-serve-chat-itl"}
     assert list(Path(path).parent.glob("*_partial.json")) == []  # the run's partial file is gone once it finished
+    again = subprocess.run(run + ["bench", "http", "--rescore", path], capture_output=True, text=True, timeout=300,
+                           cwd=tmp_path, env=env)
+    assert again.returncode == 0, again.stderr[-2000:]
+    redone = json.loads(open(path).read())
+    assert redone["servers"] == doc["servers"] and "rescored_by" in json.dumps(redone)  # decided again, nothing re-run
+    assert "figure " in again.stdout
+    bad = subprocess.run(run + ["bench", "http", "--rescore", str(tmp_path / "data" / "claims" / "mlxlab.yaml")],
+                         capture_output=True, text=True, timeout=300, cwd=tmp_path, env=env)
+    assert bad.returncode == 2 and "not a saved bench http results file" in bad.stderr
     trace = Path(path).parent / doc["servers"]["mlxlab interleave"]["trace"]  # the mlxlab server's recorded trace
     from mlxlab.core.traces import read_trace
 

@@ -129,7 +129,11 @@ def register_bench_http(bsub: argparse._SubParsersAction) -> None:
                                      "mlxlab serve under each --policies, one server at a time on loopback, and run "
                                      "the seed-001 scene with real HTTP clients: a streaming chat alone, then beside "
                                      "--workers clients posting documents back to back (mlxlab.studies.serving.against).")
-    bh.add_argument("--model-dir", required=True, help="a model directory both servers load (mlxlab export-model)")
+    bh.add_argument("--model-dir", default=None, help="a model directory both servers load (mlxlab export-model)")
+    bh.add_argument("--rescore", default=None, metavar="JSON",
+                    help="decide the verdicts of a saved bench http file again with this version's rules, in place "
+                         "(nothing is run; marked rescored_by this commit), redraw its figure (with --save into "
+                         "paper/figures/) and stop")
     bh.add_argument("--policies", nargs="+", default=["slo", "interleave"], help="mlxlab serve's policies to run")
     bh.add_argument("--workers", type=positive_int, default=4, help="document clients posting back to back")
     bh.add_argument("--chat-chars", type=positive_int, default=1500, help="the chat's prompt (characters = tokens)")
@@ -165,6 +169,12 @@ def cli_bench_http(args: argparse.Namespace) -> int:
     from mlxlab.core.results import run_folder, save_results
     from mlxlab.studies.serving.against import against_mlx_lm, against_verdicts
 
+    if args.rescore:
+        return _rescore_http(Path(args.rescore), args)
+    if not args.model_dir:
+        print("mlxlab bench http: give --model-dir DIR (a model directory: mlxlab export-model PRESET --out DIR) or "
+              "--rescore FILE", file=sys.stderr)
+        return 2
     if not Path(args.model_dir).is_dir():
         print(f"mlxlab bench http: no model directory {args.model_dir}: make one with mlxlab export-model PRESET "
               f"--out DIR", file=sys.stderr)
@@ -197,18 +207,45 @@ def cli_bench_http(args: argparse.Namespace) -> int:
     partial.unlink(missing_ok=True)  # the whole run is in path now
     for v in vs:
         print(f"[{v['verdict']}] {v['claim']}: {v['measured']}")
-    try:  # the figure: documents/min against the chat's ITL p99, a point per server
+    _http_figure(res, plat, args.name, None if args.save else folder)
+    print(f"server logs in {logs}")
+    print(f"wrote {path}")
+    return 0
+
+
+def _http_figure(res: dict, plat: str, name: str, folder) -> None:
+    """Documents/min against the chat's ITL p99, a point per server: into ``folder``, or (None) the
+    paper's figures (``paper/figures/``, ``paper/figures/PLATFORM/`` off the CPU)."""
+    try:
         from mlxlab.notebook.plots import save_figure  # altair: only for the figure
         from mlxlab.studies.serving.charts import http_chart
         from mlxlab.studies.sim_validation.charts import FIGURES
 
-        where = (FIGURES if plat == "cpu" else FIGURES / plat) if args.save else folder
-        for p in save_figure(http_chart(res, plat), args.name, where):
+        where = folder or (FIGURES if plat == "cpu" else FIGURES / plat)
+        for p in save_figure(http_chart(res, plat), name, where):
             print(f"figure {p}")
     except Exception as e:  # noqa: BLE001 - reported; the results are already written
         print(f"[bench http] no figure: {e!r}", flush=True)
-    print(f"server logs in {logs}")
-    print(f"wrote {path}")
+
+
+def _rescore_http(path: Path, args: argparse.Namespace) -> int:
+    """``bench http --rescore``: a saved file's verdicts decided again from its runs, in place."""
+    from mlxlab.core.results import platform_of, run_folder
+    from mlxlab.studies.serving import STUDY
+
+    try:
+        saved = json.loads(path.read_text())
+    except (OSError, ValueError):
+        saved = None
+    if not isinstance(saved, dict) or "servers" not in saved:
+        print(f"mlxlab bench http: {path} is not a saved bench http results file (serve_http*.json)", file=sys.stderr)
+        return 2
+    doc = STUDY.rescore(path)
+    plat = args.platform or platform_of(path)
+    _http_figure(doc, plat, path.stem, None if args.save else run_folder(plat, False))
+    for v in doc["verdicts"]:
+        print(f"[{v['verdict']}] {v['claim']}: {v['measured']}")
+    print(f"rescored {path}")
     return 0
 
 
