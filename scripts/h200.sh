@@ -22,9 +22,9 @@ python3 -c 'import mlx.core as mx; print("mlx", mx.__version__, mx.default_devic
 python3 -m mlxlab.cli "$@"
 if [ -n "${OUT:-}" ] && [ "${1:-}" != campaign ]; then  # a campaign packs its own archive into $OUT
   # with its folders: a run folder comes back as $OUT/h200/runs/TIME/, the committed files as $OUT/h200/NAME
-  mkdir -p "$OUT/h200"
-  if [ -d data/results/h200 ]; then
-    (cd data/results/h200 && find . -path ./runs -prune -o -type f -newer "$MARK" -exec cp --parents {} "$OUT/h200/" \;)
+  mkdir -p "$OUT/$MLXLAB_PLATFORM"
+  if [ -d "data/results/$MLXLAB_PLATFORM" ]; then
+    (cd "data/results/$MLXLAB_PLATFORM" && find . -path ./runs -prune -o -type f -newer "$MARK" -exec cp --parents {} "$OUT/$MLXLAB_PLATFORM/" \;)
   fi
   if ls data/profiles/h200-*.json >/dev/null 2>&1; then mkdir -p "$OUT/profiles" && cp data/profiles/h200-*.json "$OUT/profiles/"; fi
 fi

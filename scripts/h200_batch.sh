@@ -94,6 +94,9 @@ set -uo pipefail
 cd "$(dirname "$0")/.."
 part=${1:?give a PART: engine | engine05 | sim | heldout | sched | sched_cudnn | slo | singlereq | rebatch | chunks | decodes | presize | align | limit | exit | contention | oprofile | serve | determinism | compiled | http | tune | disagg2 | encode | soak}
 H="bash scripts/h200.sh"
+# the results folder: h200, or MLXLAB_PLATFORM=h100 for a call that got an H100 (the same sm_90 bundle runs there)
+PLAT=${MLXLAB_PLATFORM:-h200}
+export MLXLAB_PLATFORM=$PLAT
 LOG=${OUT:-/tmp}/logs/$part.log
 MARK=$(mktemp) && touch "$MARK"
 mkdir -p "$(dirname "$LOG")"
@@ -103,7 +106,7 @@ run() {
 }
 # probes run on the mlx bundle (scripts/h200.sh unpacks it the same way for mlxlab commands)
 [ -d .mlxcuda/site/mlx ] || { mkdir -p .mlxcuda/site && tar xJf .mlxcuda/mlx-cuda-sm90.tar.xz -C .mlxcuda/site; }
-PY="env PYTHONPATH=.mlxcuda/site:. MLXLAB_PLATFORM=h200 PYTHONUNBUFFERED=1 python3"
+PY="env PYTHONPATH=.mlxcuda/site:. MLXLAB_PLATFORM=$PLAT PYTHONUNBUFFERED=1 python3"
 M="--model qwen2.5-coder-1.5b --bits 4"
 case "$part" in
   engine)
@@ -216,10 +219,10 @@ esac
 if [ -n "${OUT:-}" ]; then
   # only what this call wrote: the device tool brings back a limited number of files
   # with its folders: a run folder comes back as $OUT/h200/runs/TIME/, the committed files as $OUT/h200/NAME
-  mkdir -p "$OUT/h200"
-  if [ -d data/results/h200 ]; then
+  mkdir -p "$OUT/$PLAT"
+  if [ -d "data/results/$PLAT" ]; then
     # not runs/TIME/ (server logs): three folders down does not come back, and only 8 files do
-    (cd data/results/h200 && find . -path ./runs -prune -o -type f -newer "$MARK" -exec cp --parents {} "$OUT/h200/" \;)
+    (cd "data/results/$PLAT" && find . -path ./runs -prune -o -type f -newer "$MARK" -exec cp --parents {} "$OUT/$PLAT/" \;)
   fi
   if [ -d data/results/h200x2 ]; then
     mkdir -p "$OUT/h200x2" && (cd data/results/h200x2 && find . -type f -newer "$MARK" -exec cp --parents {} "$OUT/h200x2/" \;)
