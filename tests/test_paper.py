@@ -141,6 +141,15 @@ def test_inserts_resolve_through_keys_records_and_filters(tmp_path):
                                                   "a.b[*].gain_pct[1]"}}
 
 
+def test_like_lists_a_platforms_matching_files_but_not_a_run_cut_short(tmp_path):
+    s = _store(tmp_path, {"h200/serve_http_b": DOC, "h200/serve_http_a": DOC, "h200/serve_http_c_partial": DOC,
+                          "h200/serve_overhead": DOC, "cpu/serve_http_d": DOC})
+    assert s.like("h200", "serve_http_*") == ["h200/serve_http_a", "h200/serve_http_b"]
+    assert s.like("h100", "serve_http_*") == []  # no such platform folder: nothing, not an error
+    md, _ = render_markdown(s, source='{% for f in like("h200", "serve_http_*") %}{{ f }};{% endfor %}')
+    assert md == "h200/serve_http_a;h200/serve_http_b;"
+
+
 @pytest.mark.parametrize("source, message", [
     ('{{ r("cpu/x").a.nope }}', r"data/results/cpu/x.json: no key 'nope' at a \(has: b\)"),
     ('{{ r("cpu/x").a.b[0].gain }}', r"data/results/cpu/x.json: no key 'gain' at a.b\[0\]"),

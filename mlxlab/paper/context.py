@@ -272,6 +272,14 @@ class ResultsStore:
                        ) if camp.is_dir() else []
         return sorted(folder.glob("*.json")) + extra
 
+    def like(self, platform: str, pattern: str) -> List[str]:
+        """``platform/name`` of each results file of ``platform`` whose name matches the glob
+        ``pattern`` (``serve_http_*``), sorted; a run cut short (``*_partial``) is not one."""
+        import fnmatch
+
+        return [f"{platform}/{p.stem}" for p in self.files(platform)
+                if fnmatch.fnmatch(p.stem, pattern) and not p.stem.endswith("_partial")]
+
     def load(self, path: Path, use: bool = True) -> dict:
         path = Path(path)
         if path not in self._docs:
