@@ -72,9 +72,13 @@
 #              run(command="DISAGG_MODEL=qwen2.5-0.5b DISAGG_DOC_TOKENS=8192 bash scripts/h200_batch.sh disagg2",
 #                  carry=[".mlxcuda"], kind="nvidia-h200-x2")
 #
-# Left for the next GPU time (2026-12-04 and 12-05: no machine was lent): compiled (one call), http for
-# qwen2.5-coder-1.5b, llama-3.2-1b and qwen2.5-0.5b (three calls), tune (recorded and azure on
-# coder-1.5b, recorded on llama-1b: three calls), then issue 39's plan below.
+# Left for the next GPU time, in this order (2026-12-04: none lent; 12-05: one http call on coder-1.5b ran
+# past its limit and wrote nothing, then no machine could be started in nine tries from 11:57 to 13:50 UTC):
+# http for qwen2.5-coder-1.5b, llama-3.2-1b and qwen2.5-0.5b (three calls, ~450 s each), soak (one call),
+# tune (recorded and azure on coder-1.5b, recorded on llama-1b: three calls), encode and compiled
+# (one call each), then issue 39's plan below. After an http call: copy $OUT/h200/serve_http_*.json into
+# data/results/h200/, `mlxlab bench http --rescore data/results/h200/FILE --save` (its figure) and
+# `mlxlab paper --readme` (the README's headline table).
 #
 # The defaults are five repeats (issue 20: every timing the paper quotes), except where one call
 # cannot hold five. What was still under five on 2026-12-03, as calls of at most ~570 s (estimates
