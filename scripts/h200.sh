@@ -21,7 +21,7 @@ fi
 python3 -c 'import mlx.core as mx; print("mlx", mx.__version__, mx.default_device(), mx.device_info().get("device_name"))'
 python3 -m mlxlab.cli "$@"
 if [ -n "${OUT:-}" ] && [ "${1:-}" != campaign ]; then  # a campaign packs its own archive into $OUT
-  # with its folders: a run folder comes back as $OUT/h200/runs/TIME/, the committed files as $OUT/h200/NAME
+  # the committed files as $OUT/PLATFORM/NAME; run folders (runs/TIME/) stay behind: three folders down never comes back
   mkdir -p "$OUT/$MLXLAB_PLATFORM"
   if [ -d "data/results/$MLXLAB_PLATFORM" ]; then
     (cd "data/results/$MLXLAB_PLATFORM" && find . -path ./runs -prune -o -type f -newer "$MARK" -exec cp --parents {} "$OUT/$MLXLAB_PLATFORM/" \;)

@@ -222,7 +222,7 @@ case "$part" in
 esac
 if [ -n "${OUT:-}" ]; then
   # only what this call wrote: the device tool brings back a limited number of files
-  # with its folders: a run folder comes back as $OUT/h200/runs/TIME/, the committed files as $OUT/h200/NAME
+  # the committed files as $OUT/PLATFORM/NAME; run folders (runs/TIME/) stay behind: three folders down never comes back
   mkdir -p "$OUT/$PLAT"
   if [ -d "data/results/$PLAT" ]; then
     # not runs/TIME/ (server logs): three folders down does not come back, and only 8 files do
