@@ -61,6 +61,27 @@ def test_throughput_needs_the_repeats_apart_and_chat_itl_needs_enough_documents(
     assert v["mlx-serve-chat-itl"]["verdict"] == "not reproduced" and v["mlx-serve-chat-itl"]["measured"]["eligible"] == []
 
 
+
+def test_a_server_whose_requests_failed_is_not_a_measurement():
+    # mlx_lm.server's generation thread died in the first repeat (seen on an H100 with llama-3.2-1b):
+    # the documents that finished before it count fast over a two-second window
+    dead = _server([0, 100], [100, 110])
+    dead["runs"][0]["errors"] = ["HTTP 404: b'{\"error\": \"generation thread died\"}'"]
+    ours = _server([120, 130], [15, 18])
+    v = {r["claim"]: r for r in against_verdicts(_doc(**{"mlx_lm.server": dead, "mlxlab slo": ours}))}
+    assert v["mlx-serve-vs-mlxlm-throughput"]["verdict"] == "not measured"
+    assert "generation thread died" in v["mlx-serve-vs-mlxlm-throughput"]["measured"]["failed"]["mlx_lm.server"][0]
+    # the chat's claim is mlxlab's own: decided among the servers that did not fail
+    assert v["mlx-serve-chat-itl"]["verdict"] == "reproduced"
+    assert "mlx_lm.server" in v["mlx-serve-chat-itl"]["measured"]["failed"]
+    # a failed mlxlab policy is not the best one, even with the most documents
+    broken = _server([300, 310], [11, 12])
+    broken["runs"][1]["errors"] = ["RemoteProtocolError: peer closed connection"]
+    v = {r["claim"]: r for r in against_verdicts(_doc(**{"mlx_lm.server": _server([50, 60], [100, 110]),
+                                                        "mlxlab interleave": broken, "mlxlab slo": ours}))}
+    assert v["mlx-serve-vs-mlxlm-throughput"]["measured"]["best_policy"] == "mlxlab slo"
+    assert v["mlx-serve-chat-itl"]["measured"]["eligible"] == ["mlxlab slo"]
+
 def test_each_finished_server_is_handed_on_before_the_next_starts(monkeypatch, tmp_path):
     """A run cut short by a time limit keeps what finished: ``on_server`` sees the servers so far,
     mlx_lm.server alone first, and is called before the next server is started."""

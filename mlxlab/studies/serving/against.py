@@ -298,7 +298,23 @@ def _fig(s: Dict, k: str, which: str = "median") -> float:
 
 
 def _mlxlab(servers: Dict) -> Dict[str, Dict]:
-    return {k: v["summary"] for k, v in servers.items() if k.startswith("mlxlab")}
+    return {k: v["summary"] for k, v in servers.items() if k.startswith("mlxlab") and not failed(v)}
+
+
+def failed(server: Dict) -> List[str]:
+    """The errors a server's requests met (an HTTP error or an exception while streaming), in any repeat: a
+    server that failed requests is not measured by its figures (its documents/min count the
+    requests that happened to finish before it broke)."""
+    return sorted({e for r in server.get("runs") or [] for e in r.get("errors") or []}
+                  | set((server.get("summary") or {}).get("errors") or []))
+
+
+def _failures(servers: Dict) -> Dict[str, List[str]]:
+    return {k: failed(v)[:3] for k, v in servers.items() if failed(v)}
+
+
+FAILED_RULE = (" A server whose requests failed in any repeat (an HTTP error or an exception while streaming) is left out: its "
+               "figures count only what finished before it broke.")
 
 
 def _fair(doc: Dict) -> str:
@@ -325,9 +341,11 @@ def throughput_verdict(doc: Dict) -> Dict:
     rule = ("Documents finished per minute while the chat streams, median over repeats: mlxlab's best policy "
             "against mlx_lm.server. Reproduced when its median is at least mlx_lm.server's and its lowest repeat "
             "above mlx_lm.server's highest; not reproduced when its highest repeat is below mlx_lm.server's "
-            "lowest; inconclusive when the repeats overlap.")
-    if not ref or not ours:
-        return verdict("mlx-serve-vs-mlxlm-throughput", "not measured", measured=None, rule=rule, fairness=_fair(doc))
+            "lowest; inconclusive when the repeats overlap." + FAILED_RULE)
+    broken = _failures(servers)
+    if not ref or not ours or "mlx_lm.server" in broken:
+        return verdict("mlx-serve-vs-mlxlm-throughput", "not measured", measured={"failed": broken} if broken else None,
+                       rule=rule, fairness=_fair(doc))
     best = max(ours, key=lambda k: _fig(ours[k], "docs_per_min"))
     b, r = ours[best], ref
     measured = {"best_policy": best, "docs_per_min_mlxlab": _fig(b, "docs_per_min"),
@@ -341,6 +359,8 @@ def throughput_verdict(doc: Dict) -> Dict:
     else:
         v = "inconclusive"
     measured["within_noise"] = v == "inconclusive"
+    if broken:
+        measured["failed"] = broken
     return verdict("mlx-serve-vs-mlxlm-throughput", v, measured=measured, rule=rule, fairness=_fair(doc))
 
 
@@ -355,10 +375,13 @@ def chat_verdict(doc: Dict) -> Dict:
     rule = (f"Per mlxlab policy, the chat's ITL p99 beside the documents over its solo ITL p99 (medians over "
             f"repeats), among the policies finishing at least {THROUGHPUT_SHARE:.0%} of the best documents/min any "
             f"server reached (mlx_lm.server's included). Reproduced when one has a ratio of at most {ITL_X:g} in "
-            f"every repeat; inconclusive when the best one's repeats straddle {ITL_X:g}; not reproduced otherwise.")
+            f"every repeat; inconclusive when the best one's repeats straddle {ITL_X:g}; not reproduced otherwise."
+            + FAILED_RULE)
+    broken = _failures(servers)
     if not ours:
-        return verdict("mlx-serve-chat-itl", "not measured", measured=None, rule=rule, fairness=_fair(doc))
-    top = max(_fig(v["summary"], "docs_per_min") for v in servers.values())
+        return verdict("mlx-serve-chat-itl", "not measured", measured={"failed": broken} if broken else None,
+                       rule=rule, fairness=_fair(doc))
+    top = max(_fig(v["summary"], "docs_per_min") for k, v in servers.items() if k not in broken)
     ratios = {}
     for k, s in ours.items():
         runs = [r for r in servers[k]["runs"] if r.get("chat_itl_p99_ms") and r.get("solo_itl_p99_ms")]
@@ -366,7 +389,7 @@ def chat_verdict(doc: Dict) -> Dict:
     eligible = {k: x for k, x in ratios.items() if x and _fig(ours[k], "docs_per_min") >= THROUGHPUT_SHARE * top}
     measured = {"itl_p99_over_solo_x": {k: statistics.median(x) for k, x in ratios.items() if x},
                 "docs_per_min": {k: _fig(v["summary"], "docs_per_min") for k, v in servers.items()},
-                "eligible": sorted(eligible)}
+                "eligible": sorted(eligible), **({"failed": broken} if broken else {})}
     if not eligible:
         return verdict("mlx-serve-chat-itl", "not reproduced", measured=measured, fairness=_fair(doc),
                        rule=rule + f" No mlxlab policy reached {THROUGHPUT_SHARE:.0%} of the best documents/min.")

@@ -1,7 +1,9 @@
 """The figure of ``mlxlab bench http`` (:mod:`mlxlab.studies.serving.against`): documents finished
 per minute against the chat's ITL p99 beside them, one point per server (mlx_lm.server, and
 ``mlxlab serve`` under each policy), the bars spanning the repeats, and the chat's solo ITL p99 as
-a dashed line with the 2x band of ``mlx-serve-chat-itl`` shaded. Lower right is better: more
+a dashed line with the 2x band of ``mlx-serve-chat-itl`` shaded. A server whose requests failed is
+not drawn (its figures count only what finished before it broke); the subtitle names it and the
+error. Lower right is better: more
 documents, a calmer chat. The ITL axis is logarithmic: the servers' chats differ by orders of
 magnitude."""
 
@@ -13,7 +15,7 @@ import altair as alt
 import pandas as pd
 
 from mlxlab.notebook.plots import PALETTE, use_theme
-from mlxlab.studies.serving.against import ITL_X
+from mlxlab.studies.serving.against import ITL_X, failed
 
 use_theme()
 
@@ -25,7 +27,7 @@ def _rows(doc: Mapping) -> pd.DataFrame:
     for label, s in (doc.get("servers") or {}).items():
         sm = s.get("summary") or {}
         d, i = sm.get("docs_per_min") or {}, sm.get("chat_itl_p99_ms") or {}
-        if d.get("median") is None or i.get("median") is None:
+        if d.get("median") is None or i.get("median") is None or failed(s):
             continue
         rows.append({"server": label, "docs": d["median"], "docs_lo": d["min"], "docs_hi": d["max"],
                      "itl": i["median"], "itl_lo": i["min"], "itl_hi": i["max"],
@@ -40,7 +42,8 @@ def http_chart(doc: Mapping, platform: str = "") -> alt.Chart:
         raise ValueError("no server in these results has both documents/min and a chat ITL p99")
     c = doc.get("config") or {}
     names = list(df["server"])
-    colors = [COLORS.get(n, PALETTE[i % len(PALETTE)]) for i, n in enumerate(names)]
+    every = list(doc.get("servers") or {})  # a server keeps its colour when one before it is not drawn
+    colors = [COLORS.get(n, PALETTE[every.index(n) % len(PALETTE)]) for n in names]
     color = alt.Color("server:N", scale=alt.Scale(domain=names, range=colors), legend=None)  # each point is labelled
     lo, hi = min(df["itl_lo"].min(), df["solo"].min()) / 2, max(df["itl_hi"].max(), ITL_X * df["solo"].max()) * 2
     y = alt.Y("itl:Q", scale=alt.Scale(type="log", domain=[lo, hi]), title="chat ITL p99 beside the documents (ms)")
@@ -68,8 +71,9 @@ def http_chart(doc: Mapping, platform: str = "") -> alt.Chart:
                          for (dy, right), part in groups])
     base = alt.Chart(df)
     where = f"{platform}, " if platform else ""
-    title = alt.TitleParams(
-        f"Over HTTP: documents against the chat ({where}{c.get('model_dir', '?')})",
-        subtitle=f"{c.get('workers', '?')} document clients of {c.get('doc_chars', '?')} tokens beside a "
-                 f"{c.get('chat_chars', '?')}-token chat; median of {c.get('repeats', '?')} repeats, bars: min to max")
+    sub = [f"{c.get('workers', '?')} document clients of {c.get('doc_chars', '?')} tokens beside a "
+           f"{c.get('chat_chars', '?')}-token chat; median of {c.get('repeats', '?')} repeats, bars: min to max"]
+    sub += [f"not drawn: {k}, its requests failed ({failed(v)[0][:70]})"
+            for k, v in (doc.get("servers") or {}).items() if failed(v)]
+    title = alt.TitleParams(f"Over HTTP: documents against the chat ({where}{c.get('model_dir', '?')})", subtitle=sub)
     return (band + rule + note + xbars + ybars + dots + labels).properties(width=420, height=300, title=title)
