@@ -71,8 +71,11 @@ def serve_markdown(results: Path) -> str:
         for i, (label, s) in enumerate((doc.get("servers") or {}).items()):
             sm = s.get("summary") or {}
             itl, solo = _fig(sm, "chat_itl_p99_ms"), _fig(sm, "solo_itl_p99_ms")
-            shown = f"{label} (its requests failed)" if sm.get("errors") else label
-            lines.append(f"| {plat if i == 0 else ''} | {model if i == 0 else ''} | {shown} | "
+            if sm.get("errors"):  # its figures count only what finished before it broke
+                lines.append(f"| {plat if i == 0 else ''} | {model if i == 0 else ''} | {label} | its requests failed: "
+                             f"not measured | | | {verdicts if i == 0 else ''} |")
+                continue
+            lines.append(f"| {plat if i == 0 else ''} | {model if i == 0 else ''} | {label} | "
                          f"{_f(_fig(sm, 'docs_per_min'), 'n', 1)} | {_f(itl)} ms ({_f(solo)} ms) | "
                          f"{_f(_fig(sm, 'doc_ttft_p50_s'), 's')} | {verdicts if i == 0 else ''} |")
     c = json.loads(files[0].read_text()).get("config") or {}
