@@ -73,11 +73,17 @@
 #                  carry=[".mlxcuda"], kind="nvidia-h200-x2")
 #
 # Left for the next GPU time, in this order (2026-12-04: none lent; 12-05: one http call on coder-1.5b ran
-# past its limit and wrote nothing, then no machine could be started in nine tries from 11:57 to 13:50 UTC):
-# http for qwen2.5-coder-1.5b, llama-3.2-1b and qwen2.5-0.5b (three calls, ~450 s each), soak (one call),
-# tune (recorded and azure on coder-1.5b, recorded on llama-1b: three calls), encode and compiled
-# (one call each), then issue 39's plan below. After an http call: copy $OUT/h200/serve_http_*.json into
-# data/results/h200/, `mlxlab bench http --rescore data/results/h200/FILE --save` (its figure) and
+# past its limit and wrote nothing, then no machine in nine tries; 12-05 evening: three calls ran on an H100,
+# in data/results/h100/: http coder-1.5b and llama-3.2-1b whole (llama's mlx_lm.server failed: its
+# generation thread died, cause unknown, server log left on the machine), qwen2.5-0.5b with slo only cut off
+# by T_HTTP=330 after its last repeat, so only mlx_lm.server was kept): http on an H200 for the three presets
+# (~380-440 s each; on an H100 the command below sets MLXLAB_PLATFORM=h100), then llama-3.2-1b again with
+# the server logs copied to $OUT (to see why mlx_lm.server died), soak (one call), tune (recorded and azure
+# on coder-1.5b, recorded on llama-1b: three calls), encode and compiled (one call each), then issue 39's
+# plan below. Start each call with
+#   export MLXLAB_PLATFORM=$(nvidia-smi --query-gpu=name --format=csv,noheader | head -1 | grep -q H200 && echo h200 || echo h100)
+# since a call for nvidia-h200 may get an H100. After an http call: copy $OUT/PLAT/serve_http_*.json into
+# data/results/PLAT/, `mlxlab bench http --rescore data/results/PLAT/FILE --save` (its figure) and
 # `mlxlab paper --readme` (the README's headline table).
 #
 # The defaults are five repeats (issue 20: every timing the paper quotes), except where one call
