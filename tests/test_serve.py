@@ -9,6 +9,7 @@ import os
 import signal
 import subprocess
 import sys
+import threading
 import time
 from pathlib import Path
 
@@ -267,6 +268,30 @@ def test_a_burst_cannot_pass_max_in_flight(tiny):
         codes = sorted(r.status_code for r in asyncio.run(burst()))
         assert codes == [200, 200, 429, 429, 429, 429]
         assert srv.worker.outstanding == 0 and srv.worker.in_flight == 0
+    finally:
+        stop()
+
+
+def test_a_burst_of_errors_starts_no_threads(tiny):
+    """Errors are answered on the event loop: a plain-function exception handler ran in anyio's
+    thread pool, which grew by a thread per error answered at once and kept them (a 45 s soak saw
+    the server's threads rise by 8 in bursts of 429s and called it a leak)."""
+    srv = serve.build(tiny, model_name="tiny", chunk_size=64)
+    url, stop = serve.start_background(srv)
+
+    def workers():
+        return sum(t.name.startswith("AnyIO worker") for t in threading.enumerate())
+
+    async def burst():
+        async with httpx.AsyncClient(timeout=60) as client:
+            return await asyncio.gather(*[client.post(url + "/v1/completions", json={
+                "model": "tiny", "prompt": "", "max_tokens": 2}) for _ in range(24)])
+
+    try:
+        before = workers()
+        codes = {r.status_code for r in asyncio.run(burst())}
+        assert codes == {400}
+        assert workers() == before
     finally:
         stop()
 

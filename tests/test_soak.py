@@ -159,7 +159,7 @@ def test_a_short_soak_on_tiny_loses_nothing_and_frees_everything(tmp_path):
     assert set(doc["faults_by_kind"]) == set(FAULTS)
     assert doc["sigterm"]["exit_code"] == 0 and doc["sigterm"]["clean"]
     assert doc["outputs"]["compared"] > 0 and doc["outputs"]["equal"]
-    assert end["memory_bounded"], end
+    assert end["memory_bounded"], {k: v for k, v in end.items() if k.startswith(("active", "rss", "fds", "threads"))}
     assert [v["verdict"] for v in doc["verdicts"]] == ["reproduced"]
     assert doc["per_minute"] and all(r.get("rss_bytes") for r in doc["per_minute"][:1])
     assert "tiny" in doc["environment"]["argv"] and not any(str(tmp_path) in a for a in doc["environment"]["argv"])

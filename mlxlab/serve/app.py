@@ -104,8 +104,7 @@ class Server:
                   Route("/v1/models", self.models),
                   Route("/v1/completions", self.completions, methods=["POST"]),
                   Route("/v1/chat/completions", self.chat, methods=["POST"])]
-        return Starlette(routes=routes, lifespan=lifespan,
-                         exception_handlers={ApiError: lambda req, e: e.response()})
+        return Starlette(routes=routes, lifespan=lifespan, exception_handlers={ApiError: _error_response})
 
     async def health(self, request: Request) -> Response:
         if not self.worker.alive:
@@ -340,6 +339,13 @@ class _Generation:
         out = out if at is None else out[:at]
         self.text += out
         return out
+
+
+async def _error_response(request: Request, e: "ApiError") -> Response:
+    """An :class:`ApiError`'s response, built on the event loop: Starlette runs a plain function
+    handler in anyio's thread pool, which grew by a thread per error answered at once (a burst of
+    429s) and kept them, which a soak read as a thread leak."""
+    return e.response()
 
 
 async def _disconnected(request: Request) -> None:
