@@ -110,6 +110,37 @@ def test_each_finished_server_is_handed_on_before_the_next_starts(monkeypatch, t
     assert set(res["servers"]) == {"mlx_lm.server", "mlxlab slo", "mlxlab interleave"}
 
 
+def test_every_server_first_streams_a_chat_of_the_timed_shape(monkeypatch, tmp_path):
+    """The warm-up starts with the timed chat alone (its prompt length and tokens), before any
+    timed scene: after a warm-up of short prompts only, the first repeat's solo chat was 1.05-2.2x
+    slower than the second's on an H100."""
+    from mlxlab.studies.serving import against
+
+    calls = []
+
+    class FakeServer:
+        def __init__(self, cmd, port, log_path):
+            calls.append(("server", cmd[2]))
+
+        def __enter__(self):
+            return "http://fake"
+
+        def __exit__(self, *exc):
+            return None
+
+    figs = {"solo_itl_p99_ms": 5.0, "chat_itl_p99_ms": 7.0, "docs_per_min": 10.0, "window_s": 1.0, "chats": 1,
+            "errors": []}
+    monkeypatch.setattr(against, "Server", FakeServer)
+    monkeypatch.setattr(against, "stream", lambda client, url, model, prompt, n, user=None: calls.append(
+        ("stream", len(prompt), n)) or {})
+    monkeypatch.setattr(against, "scene", lambda *a, **k: calls.append(("scene", k["seed"])) or dict(figs))
+    res = against.against_mlx_lm(str(tmp_path / "m"), policies=["slo"], repeats=2, chat_chars=1500, chat_tokens=100,
+                                 progress=False)
+    per_server = [("stream", 1500, 100), ("scene", -1), ("scene", 0), ("scene", 1)]
+    assert calls == [("server", "mlx_lm.server")] + per_server + [("server", "mlxlab.cli")] + per_server
+    assert res["config"]["warm_up"] == against.WARM_UP
+
+
 def test_bench_http_runs_both_servers_and_leaves_no_process_behind(tmp_path):
     data = Path(__file__).resolve().parent.parent / "data"
     shutil.copytree(data / "models", tmp_path / "data" / "models")

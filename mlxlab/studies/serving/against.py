@@ -3,7 +3,7 @@ process of its own on the same model directory (``mlxlab bench http``).
 
 A model directory both servers load (``mlxlab export-model``: one token per ASCII character, so
 a prompt of N characters is N tokens on both) is served by one server at a time on loopback. For
-each: a warm-up round, then per repeat a streaming chat alone (its solo ITL), and then chats of
+each: a warm-up (:func:`warm_up`), then per repeat a streaming chat alone (its solo ITL), and then chats of
 the same shape one after another for at least ``window_s`` seconds while ``workers`` clients post
 documents back to back (each a streaming completion, so its first token time is seen). The window
 is the same on every server and ends with its last chat: a server whose chat streams fast is not
@@ -239,13 +239,32 @@ def summarize(runs: List[Dict]) -> Dict:
     return out
 
 
+WARM_UP = ("one chat of the timed shape alone, then a short scene (chats of 200 characters and 16 tokens beside "
+           "documents of 1,000)")
+
+
+def warm_up(url: str, model: str, *, chat_chars: int, chat_tokens: int, doc_chars: int, workers: int) -> None:
+    """Before the timed repeats (:data:`WARM_UP`): a chat of the timed shape alone, so the first
+    repeat's solo chat is not the first decode at its context length (on an H100 the first repeat's
+    solo ITL p99 was 1.05-2.2x the second's on all five servers after a warm-up of short prompts only),
+    then a short contended scene."""
+    import random
+
+    import httpx
+
+    with httpx.Client(timeout=STARTUP_S) as client:
+        stream(client, url, model, text(chat_chars, random.Random("warm-up")), chat_tokens, user="chat")
+    scene(url, model, chat_chars=min(chat_chars, 200), chat_tokens=16, doc_chars=min(doc_chars, 1000), doc_tokens=2,
+          workers=workers, seed=-1)
+
+
 def against_mlx_lm(model_dir: str, *, policies: Sequence[str] = ("slo",), workers: int = 4, chat_chars: int = 1500,
                    chat_tokens: int = 300, doc_chars: int = 16000, doc_tokens: int = 8, repeats: int = 2,
                    prefill_step: int = 2048, window_s: float = 60.0, log_dir: str = ".",
                    record_dir: Optional[str] = None, progress: bool = True,
                    on_server: Optional[Callable[[Dict], None]] = None) -> Dict:
     """The scene on ``mlx_lm.server`` and on ``mlxlab serve`` under each of ``policies``, one server
-    at a time, each with a warm-up round (a shorter scene) first. Every prompt is a fresh random text, the same
+    at a time, each with a warm-up (:func:`warm_up`) first. Every prompt is a fresh random text, the same
     ones on every server, so no prompt cache serves a document (mlx_lm.server keeps one). Returns per server the runs,
     their summary and its command line. ``on_server``, when given, is called with the result so far after each
     server (a run cut short by a time limit keeps the servers that finished)."""
@@ -254,7 +273,7 @@ def against_mlx_lm(model_dir: str, *, policies: Sequence[str] = ("slo",), worker
               "chat_tokens": chat_tokens, "doc_chars": doc_chars, "doc_tokens": doc_tokens, "repeats": repeats,
               "prefill_step": prefill_step, "window_s": window_s,
               "tokenizer": "one token per ASCII character (mlxlab export-model)",
-              "prompts": "fresh random text per request, the same on every server"}
+              "prompts": "fresh random text per request, the same on every server", "warm_up": WARM_UP}
     out = {}
     for kind, policy in [("mlx-lm", None)] + [("mlxlab", p) for p in policies]:
         label = "mlx_lm.server" if kind == "mlx-lm" else f"mlxlab {policy}"
@@ -266,8 +285,7 @@ def against_mlx_lm(model_dir: str, *, policies: Sequence[str] = ("slo",), worker
         cmd = server_command(kind, model_dir, port, policy=policy or "slo", prefill_step=prefill_step, record=rec)
         with Server(cmd, port, os.path.join(log_dir, f"server_{label.replace(' ', '_')}.log")) as url:
             model = model_dir  # both servers name the model by its directory
-            scene(url, model, chat_chars=min(chat_chars, 200), chat_tokens=16, doc_chars=min(doc_chars, 1000),
-                  doc_tokens=2, workers=workers, seed=-1)  # warm-up
+            warm_up(url, model, chat_chars=chat_chars, chat_tokens=chat_tokens, doc_chars=doc_chars, workers=workers)
             runs = []
             for r in range(repeats):
                 runs.append(scene(url, model, chat_chars=chat_chars, chat_tokens=chat_tokens, doc_chars=doc_chars,
