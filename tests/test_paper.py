@@ -241,6 +241,17 @@ def test_a_verdict_of_another_platform_or_claim_does_not_count(tmp_path):
     assert s.verdict("h200", "s000-step-decode").verdict == "reproduced"
 
 
+def test_a_verdict_line_names_another_platform_only_where_it_decides_the_claim(tmp_path):
+    """CPU and H200 are always named (*not run* where they decide nothing); an H100 folder only in
+    the lines of the claims its files decide."""
+    v = verdict("s000-step-decode", "reproduced", measured={"change_pct": 0.4}, rule="r", fairness="f")
+    s = _store(tmp_path, {"h100/prefill_step_size": _verdicts_doc(v), "cpu/roofline": DOC})
+    md, _ = render_markdown(s, source='{{ platforms_for("s000-step-decode") | join(",") }};'
+                                       '{{ platforms_for("s000-step-prefill-480") | join(",") }};'
+                                       '{{ platforms() | join(",") }}')
+    assert md == "cpu,h200,h100;cpu,h200;cpu,h200,h100"
+
+
 # -- provenance ------------------------------------------------------------------------------
 
 def test_provenance_names_the_machine_commit_and_command(tmp_path):

@@ -30,7 +30,8 @@ from mlxlab.core.paths import ROOT
 from mlxlab.paper.context import Node, PaperDataError, ResultsStore, experiment_claims
 from mlxlab.paper.format import filters
 from mlxlab.paper.provenance import provenance_markdown, provenance_rows, rerun_command
-from mlxlab.paper.scorecard import columns, counts_text, findings, scorecard_markdown, scorecard_rows, tally_markdown
+from mlxlab.paper.scorecard import (columns, counts_text, findings, platforms_for, scorecard_markdown, scorecard_rows,
+                                     tally_markdown)
 
 TEMPLATE = ROOT / "paper" / "paper.md.j2"
 DEFAULT_OUT = ROOT / "build" / "paper"
@@ -100,6 +101,7 @@ class Helpers:
                 "scorecard": self.scorecard, "tally": self.tally, "provenance": lambda: _PROVENANCE,
                 "staleness": lambda: _STALENESS, "findings": self.findings, "explorer": self.explorer, "counts_text": counts_text,
                 "appendix": self.appendix, "platforms": lambda: columns(s), "claim_ids": lambda: list(s.claims()),
+                "platforms_for": lambda cid: platforms_for(s, cid),
                 "campaign_pending": self.campaign_pending, "plans": self.plans, "simulated_only": self.simulated_only}
 
     def simulated_only(self) -> List[Dict]:

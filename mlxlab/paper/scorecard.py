@@ -38,6 +38,13 @@ def columns(store: ResultsStore) -> List[str]:
     return list(PLATFORMS) + extra
 
 
+def platforms_for(store: ResultsStore, claim_id: str) -> List[str]:
+    """The platforms a verdict line names for one claim: CPU and H200 always (*not run* where they
+    decide nothing), any other only where one of its files decides the claim (an H100 folder
+    holding the HTTP runs alone is no news in every other section)."""
+    return [p for p in columns(store) if p in PLATFORMS or store.has_verdict(p, claim_id)]
+
+
 def column_title(platform: str) -> str:
     if platform.startswith(SIMULATED):
         return f"{SIM_TITLE}: {platform}"
