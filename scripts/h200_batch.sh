@@ -78,7 +78,7 @@
 # generation thread died, cause unknown, server log left on the machine), qwen2.5-0.5b with slo only cut off
 # by T_HTTP=330 after its last repeat, so only mlx_lm.server was kept): http on an H200 for the three presets
 # (~380-440 s each; on an H100 the command below sets MLXLAB_PLATFORM=h100), then llama-3.2-1b again with
-# the server logs copied to $OUT (to see why mlx_lm.server died), soak (one call), tune (recorded and azure
+# its server logs (an http or soak call now brings them back in $OUT/logs/: to see why mlx_lm.server died), soak (one call), tune (recorded and azure
 # on coder-1.5b, recorded on llama-1b: three calls), encode and compiled (one call each), then issue 39's
 # plan below. Start each call with
 #   export MLXLAB_PLATFORM=$(nvidia-smi --query-gpu=name --format=csv,noheader | head -1 | grep -q H200 && echo h200 || echo h100)
@@ -234,6 +234,11 @@ if [ -n "${OUT:-}" ]; then
     # not runs/TIME/ (server logs): three folders down does not come back, and only 8 files do
     (cd "data/results/$PLAT" && find . -path ./runs -prune -o -type f -newer "$MARK" -exec cp --parents {} "$OUT/$PLAT/" \;)
   fi
+  # the server logs of an http or soak call (mlx_lm.server's own errors, e.g. the generation thread that died
+  # on llama-3.2-1b), the last 300 lines of each, beside this call's log
+  find "data/results/$PLAT/runs" -name 'server_*.log' -newer "$MARK" 2>/dev/null | head -4 | while read -r f; do
+    tail -n 300 "$f" > "$OUT/logs/$(basename "$f")"
+  done
   if [ -d data/results/h200x2 ]; then
     mkdir -p "$OUT/h200x2" && (cd data/results/h200x2 && find . -type f -newer "$MARK" -exec cp --parents {} "$OUT/h200x2/" \;)
   fi
