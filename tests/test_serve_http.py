@@ -82,38 +82,9 @@ def test_a_server_whose_requests_failed_is_not_a_measurement():
     assert v["mlx-serve-vs-mlxlm-throughput"]["measured"]["best_policy"] == "mlxlab slo"
     assert v["mlx-serve-chat-itl"]["measured"]["eligible"] == ["mlxlab slo"]
 
-def test_each_finished_server_is_handed_on_before_the_next_starts(monkeypatch, tmp_path):
-    """A run cut short by a time limit keeps what finished: ``on_server`` sees the servers so far,
-    mlx_lm.server alone first, and is called before the next server is started."""
-    from mlxlab.studies.serving import against
-
-    started, seen = [], []
-
-    class FakeServer:
-        def __init__(self, cmd, port, log_path):
-            started.append(cmd[0])
-
-        def __enter__(self):
-            return "http://fake"
-
-        def __exit__(self, *exc):
-            return None
-
-    figs = {"solo_itl_p99_ms": 5.0, "chat_itl_p99_ms": 7.0, "docs_per_min": 10.0, "window_s": 1.0, "chats": 1,
-            "errors": []}
-    monkeypatch.setattr(against, "Server", FakeServer)
-    monkeypatch.setattr(against, "scene", lambda *a, **k: dict(figs))
-    res = against.against_mlx_lm(str(tmp_path / "m"), policies=["slo", "interleave"], repeats=1, progress=False,
-                                 on_server=lambda r: seen.append((len(started), sorted(r["servers"]))))
-    assert seen == [(1, ["mlx_lm.server"]), (2, ["mlx_lm.server", "mlxlab slo"]),
-                    (3, ["mlx_lm.server", "mlxlab interleave", "mlxlab slo"])]
-    assert set(res["servers"]) == {"mlx_lm.server", "mlxlab slo", "mlxlab interleave"}
-
-
-def test_every_server_first_streams_a_chat_of_the_timed_shape(monkeypatch, tmp_path):
-    """The warm-up starts with the timed chat alone (its prompt length and tokens), before any
-    timed scene: after a warm-up of short prompts only, the first repeat's solo chat was 1.05-2.2x
-    slower than the second's on an H100."""
+def _fake_run(monkeypatch):
+    """``against_mlx_lm`` with no process and no HTTP: servers, streams and scenes are logged in
+    the list returned (("server", module), ("stream", prompt chars, tokens), ("scene", seed))."""
     from mlxlab.studies.serving import against
 
     calls = []
@@ -134,6 +105,33 @@ def test_every_server_first_streams_a_chat_of_the_timed_shape(monkeypatch, tmp_p
     monkeypatch.setattr(against, "stream", lambda client, url, model, prompt, n, user=None: calls.append(
         ("stream", len(prompt), n)) or {})
     monkeypatch.setattr(against, "scene", lambda *a, **k: calls.append(("scene", k["seed"])) or dict(figs))
+    return calls
+
+
+def test_each_finished_server_is_handed_on_before_the_next_starts(monkeypatch, tmp_path):
+    """A run cut short by a time limit keeps what finished: ``on_server`` sees the servers so far,
+    mlx_lm.server alone first, and is called before the next server is started."""
+    from mlxlab.studies.serving import against
+
+    calls, seen = _fake_run(monkeypatch), []
+
+    def started():
+        return sum(c[0] == "server" for c in calls)
+
+    res = against.against_mlx_lm(str(tmp_path / "m"), policies=["slo", "interleave"], repeats=1, progress=False,
+                                 on_server=lambda r: seen.append((started(), sorted(r["servers"]))))
+    assert seen == [(1, ["mlx_lm.server"]), (2, ["mlx_lm.server", "mlxlab slo"]),
+                    (3, ["mlx_lm.server", "mlxlab interleave", "mlxlab slo"])]
+    assert set(res["servers"]) == {"mlx_lm.server", "mlxlab slo", "mlxlab interleave"}
+
+
+def test_every_server_first_streams_a_chat_of_the_timed_shape(monkeypatch, tmp_path):
+    """The warm-up starts with the timed chat alone (its prompt length and tokens), before any
+    timed scene: after a warm-up of short prompts only, the first repeat's solo chat was 1.05-2.2x
+    slower than the second's on an H100."""
+    from mlxlab.studies.serving import against
+
+    calls = _fake_run(monkeypatch)
     res = against.against_mlx_lm(str(tmp_path / "m"), policies=["slo"], repeats=2, chat_chars=1500, chat_tokens=100,
                                  progress=False)
     per_server = [("stream", 1500, 100), ("scene", -1), ("scene", 0), ("scene", 1)]
