@@ -53,7 +53,8 @@
 #              TUNE_TRACE=recorded (the committed seed-001 scene sample, lengths x TUNE_LENGTH_SCALE=4) or
 #              azure (the first 40 requests of the committed Azure sample, prompts of 1,000+ tokens as batch,
 #              lengths x1), SLO TUNE_SLO (chat.itl_p99<=3x), 3 repeats: the profile, the simulated grid, the
-#              confirmation and the exhaustive sweep of 10 settings (~450-550 s, an estimate: one trace a call)
+#              confirmation and the exhaustive sweep of 10 settings (~450-550 s, an estimate: one trace a call;
+#              the sweep stops after two whole repeats where a third would run past T_TUNE less 40 s, and says so)
 #   soak       issue 41: bench soak on SOAK_MODEL (qwen2.5-coder-1.5b) exported at 4 bits, 8 minutes (one call:
 #              the 10 the issue asks for do not fit beside the export and the end checks), written as
 #              serve_soak_MODEL.json; needs .whl/ as serve (~600 s)
@@ -209,8 +210,9 @@ case "$part" in
              nm="tune_azure_$m" ;;
       *) echo "TUNE_TRACE is recorded or azure" >&2; exit 2 ;;
     esac
-    T=${T_TUNE:-570} run $H tune --save --model "$m" --bits 4 "${tr[@]}" --slo "${TUNE_SLO:-chat.itl_p99<=3x}" \
-      --sweep --repeats 3 --name "$nm" ;;
+    tt=${T_TUNE:-570}
+    T=$tt run $H tune --save --model "$m" --bits 4 "${tr[@]}" --slo "${TUNE_SLO:-chat.itl_p99<=3x}" \
+      --sweep --repeats ${TUNE_REPEATS:-3} --time-budget-s $((tt - 40)) --name "$nm" ;;
   soak)
     m=${SOAK_MODEL:-qwen2.5-coder-1.5b}
     dir=$(mktemp -d)/$m-4bit

@@ -111,6 +111,47 @@ def test_regret_rank_and_speed_are_decided_from_the_stored_sweep():
     assert kendall_tau([1, 2], [1, 2]) is None  # too few pairs to rank
 
 
+def _full_summary(chat_itl_p99, batch_ttft_p50):
+    keys = ("ttft_s", "itl_s", "e2e_s")
+    out = {t: {k: {p: 0.01 for p in ("p50", "p90", "p99", "max")} for k in keys} for t in ("chat", "batch", "all")}
+    out["chat"]["itl_s"]["p99"], out["batch"]["ttft_s"]["p50"] = chat_itl_p99, batch_ttft_p50
+    return out
+
+
+def test_a_sweep_past_its_time_budget_keeps_two_whole_repeats_and_speed_counts_the_ones_asked_for(monkeypatch):
+    import time
+
+    import mlxlab.core.runner as runner
+    import mlxlab.studies.tune.run as tune_run
+    from mlxlab.studies.tune.run import sweep
+
+    calls = []
+
+    class _Run:
+        def __init__(self, label):
+            self.summary = _full_summary(0.01, 0.5 if label == "a" else 0.8)
+
+    monkeypatch.setattr(tune_run, "_fresh", lambda: None)
+    monkeypatch.setattr(tune_run, "_engine", lambda model, s: s["label"])
+    monkeypatch.setattr(runner, "run_workload", lambda ex, wl: calls.append(ex) or _Run(ex))
+    grid = [{"label": k, "policy": "interleave", "chunk_size": 64, "options": {}, "objective_s": o, "slo_ratio": 0.5}
+            for k, o in (("a", 0.5), ("b", 0.8))]
+    doc = {"slos": ["chat.itl_p99<=3x"], "solo": {"chat": _full_summary(0.01, 0.5)}, "tenants": ["batch", "chat"],
+           "objective": "batch.ttft_p50", "grid": grid}
+    out = sweep(None, [], doc, repeats=5, progress=False, say=lambda s: None, deadline=time.perf_counter())
+    assert len(calls) == 4 and out["repeats"] == 2 and out["repeats_planned"] == 5 and "2 of 5" in out["stopped"]
+    assert [r["label"] for r in out["rows"]] == ["a", "b"] and out["rows"][0]["objective_s"] == 0.5
+    # no budget: every repeat runs, and nothing says it stopped
+    calls.clear()
+    whole = sweep(None, [], doc, repeats=3, progress=False, say=lambda s: None)
+    assert len(calls) == 6 and whole["repeats"] == 3 and "stopped" not in whole
+    # tune's 10 s against a sweep cut to 2 of 5 repeats in 40 s: the speed claim compares 100 s, not 40
+    stored = {"grid": grid, "choice": {"label": "a"}, "wall_s": {"total": 10.0},
+              "sweep": {**out, "wall_s": 40.0}, "trace": {"requests": 0, "format": "mlxlab"}}
+    speed = {r["claim"]: r for r in tune_verdicts(stored)}["mlx-tune-speed"]
+    assert speed["measured"]["speed_x"] == pytest.approx(0.1) and speed["measured"]["sweep_wall_s"] == 40.0
+
+
 def test_a_tune_json_hands_serve_its_choice_and_refuses_one_without(tmp_path):
     doc = {"choice": {"label": "stall_free-512", "meets": True}, "parameters": {"model": "small"},
            "confirmed": [{"label": "stall_free-512", "policy": "stall_free", "chunk_size": 2048,

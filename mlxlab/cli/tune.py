@@ -5,6 +5,7 @@ from __future__ import annotations
 import argparse
 import dataclasses
 import sys
+import time
 from pathlib import Path
 
 from mlxlab.cli.cluster import add_cluster_argument, open_sweep
@@ -59,6 +60,9 @@ def register(sub: argparse._SubParsersAction) -> None:
     tp.add_argument("--sweep", action="store_true",
                     help="also run every grid setting on the engine (the exhaustive sweep) and decide the regret, "
                          "rank and speed claims")
+    tp.add_argument("--time-budget-s", type=positive_float, default=None, metavar="S",
+                    help="--sweep's wall-time budget for the whole command: after two whole repeats the sweep starts "
+                         "another only where it still fits (the results say where it stopped)")
     tp.add_argument("--seed", type=int, default=0, help="the workload's and the replayed prompts' seed")
     add_cluster_argument(tp, "the simulated grid's points (the profile and the engine runs stay here)")
     tp.add_argument("--platform", default=None, help="results folder name (default: detected)")
@@ -117,6 +121,7 @@ def cli_tune(args: argparse.Namespace) -> int:
     from mlxlab.studies.tune.slo import parse_slo
     from mlxlab.studies.tune.verdict import tune_verdicts
 
+    t_start = time.perf_counter()
     if not args.slo:
         raise ValueError("give at least one --slo, e.g. --slo 'chat.itl_p99<=2x'")
     slos = [parse_slo(s) for s in args.slo]
@@ -137,12 +142,13 @@ def cli_tune(args: argparse.Namespace) -> int:
         doc = tune(model, arrivals, slos, **common)
     doc["trace"] = trace
     if args.sweep:
-        doc["sweep"] = sweep(model, arrivals, doc, repeats=args.repeats, say=say)
+        deadline = t_start + args.time_budget_s if args.time_budget_s else None
+        doc["sweep"] = sweep(model, arrivals, doc, repeats=args.repeats, say=say, deadline=deadline)
     plat = args.platform or platform_name()
     folder = run_folder(plat, args.save)
     params = {k: getattr(args, k) for k in ("model", "bits", "dtype", "trace", "workload", "trace_format", "split_tokens",
                                             "time_scale", "length_scale", "max_requests", "scale", "slo", "objective",
-                                            "top_k", "repeats", "quick", "sweep", "seed", "cluster")}
+                                            "top_k", "repeats", "quick", "sweep", "time_budget_s", "seed", "cluster")}
     if params["trace"]:  # the trace by its name: no machine paths in results
         params["trace"] = Path(args.trace).name
         sys.argv = [Path(a).name if a == args.trace else a for a in sys.argv]

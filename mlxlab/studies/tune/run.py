@@ -322,10 +322,13 @@ def serve_settings(path: str) -> dict:
 
 
 def sweep(model, arrivals: list, doc: dict, *, repeats: int = 3, progress: bool = True,
-          say: Callable[[str], None] = print) -> dict:
+          say: Callable[[str], None] = print, deadline: Optional[float] = None) -> dict:
     """The exhaustive engine sweep of ``doc``'s grid on the same trace (``mlxlab tune --sweep``):
     every setting ``repeats`` times, repeats outermost and order rotating, scored against the same
-    SLOs (the solo figures tune measured) and objective. Returns the ``sweep`` block of tune.json."""
+    SLOs (the solo figures tune measured) and objective. ``deadline`` (a ``time.perf_counter()``
+    value): after two whole repeats, start another only where the slowest repeat so far still fits
+    before it (the block then says ``stopped`` and how many were planned). Returns the ``sweep``
+    block of tune.json."""
     from mlxlab.core.runner import run_workload
     from mlxlab.studies.tune.slo import parse_slo
 
@@ -335,14 +338,23 @@ def sweep(model, arrivals: list, doc: dict, *, repeats: int = 3, progress: bool 
     grid = [{k: r[k] for k in ("label", "policy", "chunk_size", "options")} for r in doc["grid"]]
     runs: Dict[str, List[dict]] = {s["label"]: [] for s in grid}
     bar = _bar(repeats * len(grid), "tune: exhaustive engine sweep") if progress else None
+    stopped, took = None, []
     for r in range(repeats):
+        if deadline is not None and r >= 2 and time.perf_counter() + max(took) > deadline:
+            stopped = (f"after {r} of {repeats} repeats: another ({max(took):.0f} s, the slowest so far) would have "
+                       f"run past the time budget")
+            say(f"[tune] sweep stopped {stopped}")
+            break
+        t_rep = time.perf_counter()
         for s in grid[r % len(grid):] + grid[:r % len(grid)]:
             _fresh()
             runs[s["label"]].append(run_workload(_engine(model, s), _workload(arrivals)).summary)
             if bar is not None:
                 bar.update(1)
+        took.append(time.perf_counter() - t_rep)
     if bar is not None:
         bar.close()
+    done = len(took)
     rows = []
     for s in grid:
         med = _medians(runs[s["label"]], tenants + ["all"])
@@ -352,5 +364,8 @@ def sweep(model, arrivals: list, doc: dict, *, repeats: int = 3, progress: bool 
                      "meets_worst": all(c["met"] for c in worst), "objective_s": statistics.median(objs),
                      "objective_range_s": [min(objs), max(objs)]})
     wall = time.perf_counter() - t0
-    say(f"[tune] sweep: {len(grid)} settings x {repeats} repeats on the engine in {wall:.1f} s")
-    return {"rows": rows, "repeats": repeats, "wall_s": wall}
+    say(f"[tune] sweep: {len(grid)} settings x {done} repeats on the engine in {wall:.1f} s")
+    out = {"rows": rows, "repeats": done, "wall_s": wall, "repeat_wall_s": took}
+    if stopped:
+        out.update(stopped=stopped, repeats_planned=repeats)
+    return out
