@@ -61,6 +61,14 @@ def test_a_clean_run_reproduces_and_a_5xx_a_lost_request_or_growing_memory_fails
     good = _doc(_records(), flat, warm, after)
     assert soak_verdict(good)["verdict"] == "reproduced"
 
+    # outputs that part decide in float32 (or where no dtype is stored), not in bfloat16: no exact oracle there
+    parted = {"equal": False, "compared": 4, "identical": 1}
+    assert soak_verdict({**good, "outputs": parted})["verdict"] == "not reproduced"
+    assert soak_verdict({**good, "outputs": {**parted, "dtype": "mlx.core.float32"}})["verdict"] == "not reproduced"
+    half = soak_verdict({**good, "outputs": {**parted, "dtype": "mlx.core.bfloat16"}})
+    assert half["verdict"] == "reproduced" and half["measured"]["outputs_decide"] is False
+    assert soak_verdict({**good, "outputs": {"compared": 0, "dtype": "mlx.core.bfloat16"}})["verdict"] == "not reproduced"
+
     five = _records()
     five[3] = {**five[3], "status": 500, "outcome": "server_error"}
     assert soak_verdict(_doc(five, flat, warm, after))["verdict"] == "not reproduced"

@@ -29,7 +29,7 @@ def register_bench_soak(bsub: argparse._SubParsersAction) -> None:
     bs = bsub.add_parser("soak", help="mlxlab serve for a while under the scene and a seeded fault mix",
                          description=SOAK_HELP, formatter_class=argparse.RawDescriptionHelpFormatter)
     bs.add_argument("--model", default="small", help="a preset or a model directory (mlxlab export-model)")
-    bs.add_argument("--minutes", type=positive_float, required=True, help="how long the load runs")
+    bs.add_argument("--minutes", type=positive_float, default=None, help="how long the load runs (required to run one)")
     bs.add_argument("--max-requests", type=positive_int, default=100000, help="stop the load after this many requests")
     bs.add_argument("--seed", type=int, default=0, help="seed of the prompts, the faults and the samples")
     bs.add_argument("--max-in-flight", type=positive_int, default=8, help="the server's --max-in-flight")
@@ -47,6 +47,10 @@ def register_bench_soak(bsub: argparse._SubParsersAction) -> None:
     bs.add_argument("--sample-outputs", type=int, default=12, help="finished requests compared with a fresh engine")
     bs.add_argument("--platform", default=None, help="results folder name (default: detected)")
     bs.add_argument("--name", default="serve_soak", help="results file name")
+    bs.add_argument("--rescore", default=None, metavar="JSON",
+                    help="decide a saved serve_soak file's verdict again with this version's rules, in place (nothing "
+                         "is run; marked rescored_by this commit), redraw its figure (with --save into paper/figures/) "
+                         "and stop")
     add_save_argument(bs)
     bs.set_defaults(func=cli_bench_soak)
 
@@ -59,6 +63,10 @@ def cli_bench_soak(args: argparse.Namespace) -> int:
     from mlxlab.studies.serving.soak import soak
     from mlxlab.studies.serving.soak_verdict import soak_verdicts
 
+    if args.rescore:
+        return _rescore_soak(Path(args.rescore), args)
+    if args.minutes is None:
+        raise ValueError("give --minutes (how long the load runs), or --rescore FILE to decide a saved run again")
     signal.signal(signal.SIGTERM, lambda *_: sys.exit(143))  # stopped from outside: still stop the server it started
     plat = args.platform or platform_name()
     logs = run_folder(plat, False)  # the server's log: an ignored run folder, never the committed results
@@ -77,16 +85,45 @@ def cli_bench_soak(args: argparse.Namespace) -> int:
     path = save_results(args.name, res, platform=plat, folder=folder, verdicts=vs, parameters={**params, "model": name})
     for v in vs:
         print(f"[{v['verdict']}] {v['claim']}: {v['measured']}")
-    try:  # the figure: memory and latency over the run
+    _soak_figure(res, plat, args.name, None if args.save else folder)
+    print(f"server log in {logs}")
+    print(f"wrote {path}")
+    return 0
+
+
+def _soak_figure(res: dict, plat: str, name: str, folder) -> None:
+    """The figure (memory and latency over the run): into ``folder``, or with ``folder`` None the
+    paper's figures of ``plat``."""
+    try:
         from mlxlab.notebook.plots import save_figure  # altair: only for the figure
         from mlxlab.studies.serving.soak_charts import soak_chart
         from mlxlab.studies.sim_validation.charts import FIGURES
 
-        where = (FIGURES if plat == "cpu" else FIGURES / plat) if args.save else folder
-        for p in save_figure(soak_chart(res, plat), args.name, where):
+        where = folder if folder is not None else (FIGURES if plat == "cpu" else FIGURES / plat)
+        for p in save_figure(soak_chart(res, plat), name, where):
             print(f"figure {p}")
     except Exception as e:  # noqa: BLE001 - reported; the results are already written
         print(f"[bench soak] no figure: {e!r}", flush=True)
-    print(f"server log in {logs}")
-    print(f"wrote {path}")
+
+
+def _rescore_soak(path: Path, args: argparse.Namespace) -> int:
+    """``bench soak --rescore``: a saved file's verdict decided again from its records, in place."""
+    import json
+
+    from mlxlab.core.results import platform_of, run_folder
+    from mlxlab.studies import study_for
+
+    try:
+        saved = json.loads(path.read_text())
+    except (OSError, ValueError):
+        saved = None
+    if not isinstance(saved, dict) or "end" not in saved or "totals" not in saved:
+        print(f"mlxlab bench soak: {path} is not a saved bench soak results file (serve_soak*.json)", file=sys.stderr)
+        return 2
+    doc = study_for(path).rescore(path)
+    plat = args.platform or platform_of(path)
+    _soak_figure(doc, plat, path.stem, None if args.save else run_folder(plat, False))
+    for v in doc["verdicts"]:
+        print(f"[{v['verdict']}] {v['claim']}: {v['measured']}")
+    print(f"rescored {path}")
     return 0
