@@ -53,8 +53,13 @@
 #              TUNE_TRACE=recorded (the committed seed-001 scene sample, lengths x TUNE_LENGTH_SCALE=4) or
 #              azure (the first 40 requests of the committed Azure sample, prompts of 1,000+ tokens as batch,
 #              lengths x1), SLO TUNE_SLO (chat.itl_p99<=3x), 3 repeats: the profile, the simulated grid, the
-#              confirmation and the exhaustive sweep of 10 settings (~450-550 s, an estimate: one trace a call;
-#              the sweep stops after two whole repeats where a third would run past T_TUNE less 40 s, and says so)
+#              confirmation and the exhaustive sweep of the grid. Measured on the H200 (2026-12-05, recorded trace,
+#              coder-1.5b): profile 59 s, simulation 32 s (12 settings), confirmation 130 s (12 runs of ~11 s), then
+#              3.5-5 min per sweep repeat (12 runs of 10-40 s): the call ran past 560 s in the sweep's second repeat
+#              and, before --time-budget-s and --resume, wrote nothing. Now the file is written after tune and after
+#              each whole sweep repeat, a repeat starts only where the slowest so far fits before T_TUNE less 40 s,
+#              and TUNE_RESUME=1 in the next calls runs the missing repeats on the committed file: ~3 calls a trace
+#              (commit the file between them)
 #   soak       issue 41: bench soak on SOAK_MODEL (qwen2.5-coder-1.5b) exported at 4 bits, 8 minutes (one call:
 #              the 10 the issue asks for do not fit beside the export and the end checks), written as
 #              serve_soak_MODEL.json; needs .whl/ as serve (~600 s)
@@ -211,8 +216,10 @@ case "$part" in
       *) echo "TUNE_TRACE is recorded or azure" >&2; exit 2 ;;
     esac
     tt=${T_TUNE:-570}
+    more=()  # TUNE_RESUME=1: go on with the committed file's sweep (same device kind: the file names its card)
+    [ -n "${TUNE_RESUME:-}" ] && more=(--resume "data/results/$PLAT/$nm.json")
     T=$tt run $H tune --save --model "$m" --bits 4 "${tr[@]}" --slo "${TUNE_SLO:-chat.itl_p99<=3x}" \
-      --sweep --repeats ${TUNE_REPEATS:-3} --time-budget-s $((tt - 40)) --name "$nm" ;;
+      --sweep --repeats ${TUNE_REPEATS:-3} --time-budget-s $((tt - 40)) "${more[@]}" --name "$nm" ;;
   soak)
     m=${SOAK_MODEL:-qwen2.5-coder-1.5b}
     dir=$(mktemp -d)/$m-4bit

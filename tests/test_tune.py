@@ -118,14 +118,14 @@ def _full_summary(chat_itl_p99, batch_ttft_p50):
     return out
 
 
-def test_a_sweep_past_its_time_budget_keeps_two_whole_repeats_and_speed_counts_the_ones_asked_for(monkeypatch):
+def test_a_sweep_stops_at_its_time_budget_and_resume_runs_only_the_missing_repeats(monkeypatch):
     import time
 
     import mlxlab.core.runner as runner
     import mlxlab.studies.tune.run as tune_run
     from mlxlab.studies.tune.run import sweep
 
-    calls = []
+    calls, saved = [], []
 
     class _Run:
         def __init__(self, label):
@@ -137,19 +137,38 @@ def test_a_sweep_past_its_time_budget_keeps_two_whole_repeats_and_speed_counts_t
     grid = [{"label": k, "policy": "interleave", "chunk_size": 64, "options": {}, "objective_s": o, "slo_ratio": 0.5}
             for k, o in (("a", 0.5), ("b", 0.8))]
     doc = {"slos": ["chat.itl_p99<=3x"], "solo": {"chat": _full_summary(0.01, 0.5)}, "tenants": ["batch", "chat"],
-           "objective": "batch.ttft_p50", "grid": grid}
-    out = sweep(None, [], doc, repeats=5, progress=False, say=lambda s: None, deadline=time.perf_counter())
-    assert len(calls) == 4 and out["repeats"] == 2 and out["repeats_planned"] == 5 and "2 of 5" in out["stopped"]
-    assert [r["label"] for r in out["rows"]] == ["a", "b"] and out["rows"][0]["objective_s"] == 0.5
-    # no budget: every repeat runs, and nothing says it stopped
+           "objective": "batch.ttft_p50", "grid": grid, "choice": {"label": "a"}, "wall_s": {"total": 10.0},
+           "trace": {"requests": 0, "format": "mlxlab"}}
+    # a deadline already past: the first repeat runs (nothing says how long one takes), then it stops
+    cut = sweep(None, [], doc, repeats=3, progress=False, say=lambda s: None, deadline=time.perf_counter(),
+                on_repeat=saved.append)
+    assert calls == ["a", "b"] and cut["repeats"] == 1 and cut["repeats_planned"] == 3 and "1 of 3" in cut["stopped"]
+    assert [b["repeats"] for b in saved] == [1] and len(cut["runs"]["a"]) == 1  # progress saved after each repeat
+    assert all(v["verdict"] == "not measured" for v in tune_verdicts({**doc, "sweep": cut}))
+    # resumed: the stored repeat is kept, the rotation goes on (b first in repeat 2), progress saved after repeat 2
     calls.clear()
-    whole = sweep(None, [], doc, repeats=3, progress=False, say=lambda s: None)
-    assert len(calls) == 6 and whole["repeats"] == 3 and "stopped" not in whole
-    # tune's 10 s against a sweep cut to 2 of 5 repeats in 40 s: the speed claim compares 100 s, not 40
-    stored = {"grid": grid, "choice": {"label": "a"}, "wall_s": {"total": 10.0},
-              "sweep": {**out, "wall_s": 40.0}, "trace": {"requests": 0, "format": "mlxlab"}}
-    speed = {r["claim"]: r for r in tune_verdicts(stored)}["mlx-tune-speed"]
+    whole = sweep(None, [], {**doc, "sweep": cut}, repeats=3, progress=False, say=lambda s: None, on_repeat=saved.append)
+    assert calls == ["b", "a", "a", "b"] and whole["repeats"] == 3 and "stopped" not in whole
+    assert [b["repeats"] for b in saved] == [1, 2] and len(whole["runs"]["b"]) == 3
+    assert [r["label"] for r in whole["rows"]] == ["a", "b"] and whole["rows"][0]["objective_s"] == 0.5
+    # speed: tune's 10 s against a sweep cut to 2 of 5 repeats in 40 s compares 100 s, not 40
+    two = {**whole, "repeats": 2, "repeats_planned": 5, "repeat_wall_s": [20.0, 20.0], "wall_s": 40.0}
+    speed = {r["claim"]: r for r in tune_verdicts({**doc, "sweep": two})}["mlx-tune-speed"]
     assert speed["measured"]["speed_x"] == pytest.approx(0.1) and speed["measured"]["sweep_wall_s"] == 40.0
+
+
+def test_resume_refuses_a_file_run_with_other_arguments(tmp_path, monkeypatch, capsys):
+    from mlxlab.cli import main
+
+    monkeypatch.setattr("mlxlab.cli.reexec_with_fast_blas", lambda: None)
+    p = tmp_path / "tune.json"
+    p.write_text(json.dumps({"grid": [], "solo": {}, "choice": {}, "environment": {},
+                             "parameters": {"model": "small", "slo": ["chat.itl_p99<=3x"]}}))
+    args = ["tune", "--model", "tiny", "--workload", "chat+batch", "--slo", "chat.itl_p99<=3x", "--resume", str(p)]
+    assert main(args) == 2
+    assert "these differ: model 'tiny' (stored 'small')" in capsys.readouterr().err
+    p.write_text("{}")
+    assert main(args) == 2 and "not a tune results file" in capsys.readouterr().err
 
 
 def test_a_tune_json_hands_serve_its_choice_and_refuses_one_without(tmp_path):
@@ -202,3 +221,11 @@ def test_mlxlab_tune_on_a_trace_ends_with_a_choice_a_serve_line_and_its_files(tm
     again = subprocess.run(cmd + ["--top-k", "1", "--no-baseline"], capture_output=True, text=True, timeout=600,
                            env=env, cwd=tmp_path)
     assert again.returncode == 0 and "profile from the cache" in again.stdout  # the second run reuses the profile
+    # the exhaustive sweep of the first run's grid, run later on the stored file: two repeats, verdicts, in place
+    first = cmd[:cmd.index("--top-k")]
+    swept = subprocess.run(first + ["--top-k", "1", "--resume", str(path)], capture_output=True, text=True, timeout=600,
+                           env=env, cwd=tmp_path)
+    assert swept.returncode == 0, swept.stderr[-3000:]
+    doc = json.loads(path.read_text())
+    assert doc["sweep"]["repeats"] == 2 and len(doc["sweep"]["rows"]) == len(doc["grid"])
+    assert len(doc["sweep"]["calls"]) == 2 and {v["claim"] for v in doc["verdicts"]} >= {"mlx-tune-regret"}

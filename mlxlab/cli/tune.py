@@ -63,6 +63,10 @@ def register(sub: argparse._SubParsersAction) -> None:
     tp.add_argument("--time-budget-s", type=positive_float, default=None, metavar="S",
                     help="--sweep's wall-time budget for the whole command: after two whole repeats the sweep starts "
                          "another only where it still fits (the results say where it stopped)")
+    tp.add_argument("--resume", default=None, metavar="TUNE_JSON",
+                    help="go on with a saved tune file's exhaustive sweep (the same model, trace and SLOs as its run, "
+                         "on the same device): its whole repeats are kept, the missing ones up to --repeats run, and "
+                         "the file is rewritten in place; tune itself is not run again")
     tp.add_argument("--seed", type=int, default=0, help="the workload's and the replayed prompts' seed")
     add_cluster_argument(tp, "the simulated grid's points (the profile and the engine runs stay here)")
     tp.add_argument("--platform", default=None, help="results folder name (default: detected)")
@@ -113,6 +117,82 @@ def _arrivals(args, model) -> tuple:
     return to_arrivals(trace, vocab, args.seed), trace.summary()
 
 
+_SAME = ("model", "bits", "dtype", "trace", "workload", "trace_format", "split_tokens", "time_scale", "length_scale",
+         "max_requests", "scale", "slo", "objective", "top_k", "quick", "seed")
+
+
+def _parameters(args) -> dict:
+    """The run's parameters as stored (the trace by its file name: no machine paths in results)."""
+    params = {k: getattr(args, k) for k in _SAME[:-1] + ("repeats", "sweep", "time_budget_s", "seed", "cluster")}
+    if params["trace"]:
+        params["trace"] = Path(args.trace).name
+        sys.argv = [Path(a).name if a == args.trace else a for a in sys.argv]
+    return params
+
+
+def _resume(args, slos, t_start: float) -> int:
+    """``--resume FILE``: the stored tune's sweep, on from its whole repeats, written back in place."""
+    import json
+
+    from mlxlab.core.results import environment_block, platform_of, save_results
+    from mlxlab.engine.models import load_model
+    from mlxlab.studies.tune.run import sweep
+    from mlxlab.studies.tune.verdict import tune_verdicts
+
+    path = Path(args.resume)
+    try:
+        doc = json.loads(path.read_text())
+    except (OSError, ValueError) as e:
+        raise ValueError(f"--resume {path}: not a readable tune results file ({e})") from None
+    if not isinstance(doc, dict) or not {"grid", "solo", "choice", "parameters"} <= set(doc):
+        raise ValueError(f"--resume {path}: not a tune results file (no grid, solo figures or choice in it)")
+    mine = _parameters(args)
+    differ = [k for k in _SAME if doc["parameters"].get(k) != mine.get(k)]
+    if differ:
+        raise ValueError(f"--resume {path}: give the arguments it was run with; these differ: " + ", ".join(
+            f"{k} {mine.get(k)!r} (stored {doc['parameters'].get(k)!r})" for k in differ))
+    here, there = environment_block().get("device_name"), (doc.get("environment") or {}).get("device_name")
+    if here != there:
+        raise ValueError(f"--resume {path}: it was measured on {there!r}, this is {here!r}: a sweep must run on the "
+                         f"device tune ran on")
+    model = load_model(args.model, bits=args.bits, dtype=args.dtype)
+    arrivals, _ = _arrivals(args, model)
+    first = {k: (doc.get("environment") or {}).get(k) for k in ("git_commit", "git_dirty", "written_at")}
+    calls = list((doc.get("sweep") or {}).get("calls") or [first])  # the run that made the file, then each resume
+    plat = args.platform or platform_of(path)
+    params = {**doc["parameters"], "repeats": args.repeats, "sweep": True}
+    write = lambda: save_results(path.stem, doc, platform=plat, folder=path.parent, parameters=params,  # noqa: E731
+                                 verdicts=tune_verdicts(doc))
+    env = {k: environment_block().get(k) for k in ("git_commit", "git_dirty", "written_at")}
+    say = lambda s: print(s, flush=True)  # noqa: E731
+    deadline = t_start + args.time_budget_s if args.time_budget_s else None
+
+    def keep(block):
+        doc["sweep"] = {**block, "calls": calls + [env]}
+        write()
+
+    keep(sweep(model, arrivals, doc, repeats=args.repeats, say=say, deadline=deadline, on_repeat=keep))
+    _figure(doc, path.stem, plat, None if args.save else path.parent)
+    for v in tune_verdicts(doc):
+        print(f"[{v['verdict']}] {v['claim']}")
+    print(f"wrote {path}")
+    return 0
+
+
+def _figure(doc: dict, name: str, plat: str, folder) -> None:
+    """tune.json's figure: into ``folder``, or with ``folder`` None the paper's figures as NAME_PLATFORM."""
+    try:
+        from mlxlab.notebook.plots import save_figure  # altair: only for the figure
+        from mlxlab.studies.sim_validation.charts import FIGURES
+        from mlxlab.studies.tune.charts import tune_chart
+
+        where, fig = (FIGURES, f"{name}_{plat}") if folder is None else (folder, name)
+        for p in save_figure(tune_chart(doc), fig, where):
+            print(f"figure {p}")
+    except Exception as e:  # noqa: BLE001 - reported; the results are written
+        print(f"[tune] no figure: {e!r}", file=sys.stderr)
+
+
 def cli_tune(args: argparse.Namespace) -> int:
     from mlxlab.core.environment import platform_name
     from mlxlab.core.results import run_folder, save_results
@@ -127,6 +207,8 @@ def cli_tune(args: argparse.Namespace) -> int:
     slos = [parse_slo(s) for s in args.slo]
     if args.repeats < 2:
         raise ValueError("--repeats must be at least 2: the choice needs the engine's run-to-run spread")
+    if args.resume:
+        return _resume(args, slos, t_start)
     model = load_model(args.model, bits=args.bits, dtype=args.dtype)
     arrivals, trace = _arrivals(args, model)
     print(f"[tune] {args.model}: {len(arrivals)} requests ({trace.get('tenants')}), SLOs {', '.join(s.text for s in slos)}",
@@ -141,20 +223,18 @@ def cli_tune(args: argparse.Namespace) -> int:
     else:
         doc = tune(model, arrivals, slos, **common)
     doc["trace"] = trace
-    if args.sweep:
-        deadline = t_start + args.time_budget_s if args.time_budget_s else None
-        doc["sweep"] = sweep(model, arrivals, doc, repeats=args.repeats, say=say, deadline=deadline)
     plat = args.platform or platform_name()
     folder = run_folder(plat, args.save)
-    params = {k: getattr(args, k) for k in ("model", "bits", "dtype", "trace", "workload", "trace_format", "split_tokens",
-                                            "time_scale", "length_scale", "max_requests", "scale", "slo", "objective",
-                                            "top_k", "repeats", "quick", "sweep", "time_budget_s", "seed", "cluster")}
-    if params["trace"]:  # the trace by its name: no machine paths in results
-        params["trace"] = Path(args.trace).name
-        sys.argv = [Path(a).name if a == args.trace else a for a in sys.argv]
+    params = _parameters(args)
     doc["parameters"] = params  # what save_results stores as the run's parameters (the model among them)
-    path = save_results(args.name, doc, platform=plat, folder=folder, parameters=params,
-                        verdicts=tune_verdicts(doc) if args.sweep else None)
+    write = lambda: save_results(args.name, doc, platform=plat, folder=folder, parameters=params,  # noqa: E731
+                                 verdicts=tune_verdicts(doc) if args.sweep else None)
+    if args.sweep:
+        write()  # tune's own results first: a sweep cut by a time limit keeps them and its whole repeats
+        deadline = t_start + args.time_budget_s if args.time_budget_s else None
+        doc["sweep"] = sweep(model, arrivals, doc, repeats=args.repeats, say=say, deadline=deadline,
+                             on_repeat=lambda block: (doc.__setitem__("sweep", block), write()))
+    path = write()
     ch = doc["choice"]
     print(f"[tune] choice: {ch['label']} ({'meets every SLO' if ch['meets'] else 'meets no SLO set: ' + str(ch['binding'])})"
           f": {ch['why']}")
@@ -164,17 +244,7 @@ def cli_tune(args: argparse.Namespace) -> int:
     cmd = serve_command(doc, args.model, args.bits, args.dtype, config=str(path))
     if cmd:
         print(f"serve it:\n  {cmd}")
-    try:
-        from mlxlab.notebook.plots import save_figure  # altair: only for the figure
-        from mlxlab.studies.tune.charts import tune_chart
-
-        from mlxlab.studies.sim_validation.charts import FIGURES
-
-        where, fig = (FIGURES, f"{args.name}_{plat}") if args.save else (folder, args.name)
-        for p in save_figure(tune_chart(doc), fig, where):
-            print(f"figure {p}")
-    except Exception as e:  # noqa: BLE001 - reported; the results are written
-        print(f"[tune] no figure: {e!r}", file=sys.stderr)
+    _figure(doc, args.name, plat, folder if not args.save else None)
     for v in (tune_verdicts(doc) if args.sweep else []):
         print(f"[{v['verdict']}] {v['claim']}")
     print(f"wrote {path}")

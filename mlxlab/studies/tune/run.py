@@ -322,27 +322,33 @@ def serve_settings(path: str) -> dict:
 
 
 def sweep(model, arrivals: list, doc: dict, *, repeats: int = 3, progress: bool = True,
-          say: Callable[[str], None] = print, deadline: Optional[float] = None) -> dict:
+          say: Callable[[str], None] = print, deadline: Optional[float] = None,
+          on_repeat: Optional[Callable[[dict], None]] = None) -> dict:
     """The exhaustive engine sweep of ``doc``'s grid on the same trace (``mlxlab tune --sweep``):
     every setting ``repeats`` times, repeats outermost and order rotating, scored against the same
-    SLOs (the solo figures tune measured) and objective. ``deadline`` (a ``time.perf_counter()``
-    value): after two whole repeats, start another only where the slowest repeat so far still fits
-    before it (the block then says ``stopped`` and how many were planned). Returns the ``sweep``
-    block of tune.json."""
+    SLOs (the solo figures tune measured) and objective. A ``doc`` that already holds a sweep block
+    (``mlxlab tune --resume``) goes on from its whole repeats: their runs are kept, the rotation
+    continues, and only the missing repeats run. ``deadline`` (a ``time.perf_counter()`` value):
+    start a repeat only where the slowest repeat so far (this call's or a stored one's) still fits
+    before it; the block then says ``stopped``. ``on_repeat``: called with the block after each
+    whole repeat (to save progress a time limit could otherwise take). Returns the ``sweep`` block
+    of tune.json."""
     from mlxlab.core.runner import run_workload
-    from mlxlab.studies.tune.slo import parse_slo
 
-    t0 = time.perf_counter()
-    slos = [parse_slo(s) for s in doc["slos"]]
-    solos, tenants, objective = doc["solo"], doc["tenants"], doc["objective"]
     grid = [{k: r[k] for k in ("label", "policy", "chunk_size", "options")} for r in doc["grid"]]
-    runs: Dict[str, List[dict]] = {s["label"]: [] for s in grid}
-    bar = _bar(repeats * len(grid), "tune: exhaustive engine sweep") if progress else None
-    stopped, took = None, []
-    for r in range(repeats):
-        if deadline is not None and r >= 2 and time.perf_counter() + max(took) > deadline:
+    prior = doc.get("sweep") or {}
+    stored = prior.get("runs") or {}
+    done = min((len(stored.get(s["label"], [])) for s in grid), default=0)
+    runs: Dict[str, List[dict]] = {s["label"]: list(stored.get(s["label"], []))[:done] for s in grid}
+    took = list(prior.get("repeat_wall_s") or [])[:done]
+    if done:
+        say(f"[tune] sweep: {done} whole repeat(s) stored; running repeats {done + 1}-{repeats}")
+    bar = _bar(max(repeats - done, 0) * len(grid), "tune: exhaustive engine sweep") if progress else None
+    stopped = None
+    for r in range(done, repeats):
+        if deadline is not None and took and time.perf_counter() + max(took) > deadline:
             stopped = (f"after {r} of {repeats} repeats: another ({max(took):.0f} s, the slowest so far) would have "
-                       f"run past the time budget")
+                       f"run past the time budget; `mlxlab tune --resume` runs the rest")
             say(f"[tune] sweep stopped {stopped}")
             break
         t_rep = time.perf_counter()
@@ -352,20 +358,38 @@ def sweep(model, arrivals: list, doc: dict, *, repeats: int = 3, progress: bool 
             if bar is not None:
                 bar.update(1)
         took.append(time.perf_counter() - t_rep)
+        if on_repeat is not None and r + 1 < repeats:
+            on_repeat(sweep_block(doc, grid, runs, took, repeats))
     if bar is not None:
         bar.close()
+    out = sweep_block(doc, grid, runs, took, repeats, stopped)
+    say(f"[tune] sweep: {len(grid)} settings x {out['repeats']} repeats on the engine in {out['wall_s']:.1f} s")
+    return out
+
+
+def sweep_block(doc: dict, grid: List[dict], runs: Dict[str, List[dict]], took: List[float], planned: int,
+                stopped: Optional[str] = None) -> dict:
+    """The ``sweep`` block from the sweep's runs so far: each setting's medians and ranges over its
+    whole repeats, scored against ``doc``'s SLOs, solo figures and objective; the runs themselves
+    (for ``--resume``) and the wall time of each whole repeat."""
+    from mlxlab.studies.tune.slo import parse_slo
+
+    slos = [parse_slo(s) for s in doc["slos"]]
+    solos, tenants, objective = doc["solo"], doc["tenants"], doc["objective"]
     done = len(took)
     rows = []
     for s in grid:
-        med = _medians(runs[s["label"]], tenants + ["all"])
-        objs = [_objective(x, objective) for x in runs[s["label"]]]
-        checks, worst = check(med, slos, solos), _worst(runs[s["label"]], slos, solos)
+        mine = runs[s["label"]][:done]
+        if not mine:
+            continue
+        med = _medians(mine, tenants + ["all"])
+        objs = [_objective(x, objective) for x in mine]
+        checks, worst = check(med, slos, solos), _worst(mine, slos, solos)
         rows.append({**s, "checks": checks, "slo_ratio": worst_ratio(checks), "meets": all(c["met"] for c in checks),
                      "meets_worst": all(c["met"] for c in worst), "objective_s": statistics.median(objs),
                      "objective_range_s": [min(objs), max(objs)]})
-    wall = time.perf_counter() - t0
-    say(f"[tune] sweep: {len(grid)} settings x {done} repeats on the engine in {wall:.1f} s")
-    out = {"rows": rows, "repeats": done, "wall_s": wall, "repeat_wall_s": took}
-    if stopped:
-        out.update(stopped=stopped, repeats_planned=repeats)
+    out = {"rows": rows, "repeats": done, "repeats_planned": planned, "wall_s": sum(took), "repeat_wall_s": took,
+           "runs": {k: v[:done] for k, v in runs.items()}}
+    if done < planned:
+        out["stopped"] = stopped or f"after {done} of {planned} repeats"
     return out

@@ -94,7 +94,7 @@ def evaluation(doc: Mapping) -> dict:
     out["sim_error_slo_ratio"] = statistics.median(serr) if serr else None
     tw, sw = (doc.get("wall_s") or {}).get("total"), sweep.get("wall_s")
     out["tune_wall_s"], out["sweep_wall_s"] = tw, sw
-    if sweep.get("stopped") and _finite(sw) and sweep.get("repeats"):
+    if sweep.get("repeats_planned") and _finite(sw) and 0 < (sweep.get("repeats") or 0) < sweep["repeats_planned"]:
         # a sweep the time budget cut short: its wall time at the repeats it was asked for, as tune ran them
         sw = sw * sweep["repeats_planned"] / sweep["repeats"]
         out["sweep_wall_s_planned"] = sw
@@ -117,6 +117,12 @@ def tune_verdicts(doc: Mapping) -> List[Dict]:
     fair = _fair(doc)
     if not doc.get("sweep"):
         why = "no exhaustive engine sweep in these results (mlxlab tune --sweep)"
+        return [verdict(c, "not measured", measured=None, rule=why, fairness=fair)
+                for c in ("mlx-tune-regret", "mlx-tune-rank", "mlx-tune-speed")]
+    if (doc["sweep"].get("repeats") or 0) < 2:
+        why = (f"the exhaustive sweep has {doc['sweep'].get('repeats') or 0} whole repeat(s) of the "
+               f"{doc['sweep'].get('repeats_planned', '?')} asked for; its ranges need two (mlxlab tune --resume FILE "
+               f"runs the rest)")
         return [verdict(c, "not measured", measured=None, rule=why, fairness=fair)
                 for c in ("mlx-tune-regret", "mlx-tune-rank", "mlx-tune-speed")]
     out = []
