@@ -60,3 +60,16 @@ def test_the_server_counts_the_same_prompt_tokens_either_way(model_dir):
         finally:
             stop()
     assert counts[0] == counts[1] and counts[0][0] == 3200
+
+
+def test_mlxlab_serve_starts_a_tokenizer_process_by_default_only_where_cores_are_spare(monkeypatch):
+    from mlxlab.serve import encode
+
+    assert [encode.auto_processes(n) for n in (1, 2, 3, 4, 16)] == [0, 0, 0, 1, 1]
+    monkeypatch.delattr(encode.os, "sched_getaffinity", raising=False)  # a Mac: the core count
+    monkeypatch.setattr(encode.os, "cpu_count", lambda: None)  # unknown: as one core
+    assert encode.auto_processes() == 0
+    monkeypatch.setattr(encode.os, "cpu_count", lambda: 16)
+    assert encode.auto_processes() == 1
+    monkeypatch.setattr(encode.os, "sched_getaffinity", lambda pid: {0, 1}, raising=False)  # 2 of 16 allowed
+    assert encode.auto_processes() == 0
