@@ -79,13 +79,15 @@
 #                  carry=[".mlxcuda"], kind="nvidia-h200-x2")
 #
 # Left for the next GPU time, in this order (2026-12-04: none lent; 12-05: one http call on coder-1.5b ran
-# past its limit and wrote nothing, then no machine in nine tries; 12-05 evening: three calls ran on an H100,
-# in data/results/h100/: http coder-1.5b and llama-3.2-1b whole (llama's mlx_lm.server failed: its
-# generation thread died, cause unknown, server log left on the machine), qwen2.5-0.5b with slo only cut off
-# by T_HTTP=330 after its last repeat, so only mlx_lm.server was kept): http on an H200 for the three presets
-# (~380-440 s each; on an H100 the command below sets MLXLAB_PLATFORM=h100), then llama-3.2-1b again with
-# its server logs (an http or soak call now brings them back in $OUT/logs/: to see why mlx_lm.server died), soak (one call), tune (recorded and azure
-# on coder-1.5b, recorded on llama-1b: three calls), encode and compiled (one call each), then issue 39's
+# past its limit and wrote nothing, then no machine in nine tries; 12-05 evening: three http calls on an H100,
+# in data/results/h100/ (llama's mlx_lm.server died, cause unknown); 12-05 night, on an H200: http coder-1.5b,
+# soak (7 min), encode done; the recorded-trace tune ran past 560 s in its sweep and wrote nothing, before
+# tune wrote its file as it goes): tune on coder-1.5b recorded (TUNE_TRACE=recorded, then TUNE_RESUME=1 calls
+# until the sweep has its 3 repeats; commit the file between calls), http on an H200 for llama-3.2-1b (its
+# server logs come back in $OUT/logs/: why mlx_lm.server died) and qwen2.5-0.5b (T_HTTP >= 400), coder-1.5b
+# again (mlxlab serve now starts a tokenizer process on the 16-core host; the file records each chat's longest
+# gaps: where the slo chat's p99 comes from), tune azure on coder-1.5b and recorded on llama-1b, compiled, then
+# issue 39's
 # plan below. Start each call with
 #   export MLXLAB_PLATFORM=$(nvidia-smi --query-gpu=name --format=csv,noheader | head -1 | grep -q H200 && echo h200 || echo h100)
 # since a call for nvidia-h200 may get an H100. After an http call: copy $OUT/PLAT/serve_http_*.json into
@@ -225,7 +227,11 @@ case "$part" in
     dir=$(mktemp -d)/$m-4bit
     T=120 run $H export-model "$m" --bits 4 --out "$dir"
     T=${T_SOAK:-580} run $H bench soak --save --model "$dir" --minutes ${SOAK_MINUTES:-8} --name "serve_soak_$m" ;;
-  encode)
+  encode)  # the probe starts mlxlab serve: the server's wheels (.whl/, as serve), installed as scripts/h200.sh does
+    if ls .whl/*.whl >/dev/null 2>&1 && [ ! -d .whl/site ]; then
+      python3 -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --upgrade --target .whl/site .whl/*.whl
+    fi
+    PY="env PYTHONPATH=.mlxcuda/site:.:$PWD/.whl/site MLXLAB_PLATFORM=$PLAT PYTHONUNBUFFERED=1 python3"
     T=${T_ENCODE:-300} run $PY -m probes.encode_gil_probe --model qwen2.5-coder-1.5b --bits 4 --repeats 5 --chat-tokens 300 ;;
   disagg2)
     m=${DISAGG_MODEL:-qwen2.5-coder-1.5b}

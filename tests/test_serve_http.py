@@ -42,6 +42,10 @@ def test_documents_are_counted_over_the_whole_window_of_chats_and_gaps_pooled_wi
     # the second chat's TTFT (1 s) is no ITL gap; its 2-token chunk splits 0.2 s; its last gap is 7.7 s
     assert f["chat_itl_max_ms"] == pytest.approx(7700.0) and f["chat_ttft_p50_ms"] == pytest.approx(750.0)
     assert f["chat_tok_s_during"] == pytest.approx((2 + 4) / 10.0)  # tokens after each chat's first, over the window
+    # the longest gaps say where they fell: the second chat's last (7.7 s), then its first (0.1 s)
+    top = f["longest_gaps"]
+    assert top[0] == {"chat": 1, "gap": 3, "of": 4, "ms": pytest.approx(7700.0)} and len(top) == 6
+    assert [g["ms"] for g in top] == sorted((g["ms"] for g in top), reverse=True)
 
 
 def test_throughput_needs_the_repeats_apart_and_chat_itl_needs_enough_documents():

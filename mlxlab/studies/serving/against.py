@@ -46,13 +46,18 @@ def server_command(kind: str, model_dir: str, port: int, *, policy: str = "slo",
                    options: Sequence[str] = (), record: Optional[str] = None) -> List[str]:
     """The command line that serves ``model_dir`` on ``port``: ``mlx_lm.server`` with its prefill
     step set to ``prefill_step`` (the one knob the two share), or ``mlxlab serve`` with ``policy``
-    and the same chunk size (recording its trace to ``record``, when given)."""
+    and the same chunk size (recording its trace to ``record``, when given) and its tokenizer
+    processes as this host's default (:func:`mlxlab.serve.encode.auto_processes`), named so the
+    stored command says which ran."""
     if kind == "mlx-lm":
         return [sys.executable, "-m", "mlx_lm.server", "--model", model_dir, "--host", "127.0.0.1", "--port",
                 str(port), "--prefill-step-size", str(prefill_step)]
     if kind == "mlxlab":
+        from mlxlab.serve.encode import auto_processes  # no MLX
+
         cmd = [sys.executable, "-m", "mlxlab.cli", "serve", "--model", model_dir, "--host", "127.0.0.1", "--port",
-               str(port), "--policy", policy, "--chunk-size", str(prefill_step), "--log-level", "warning"]
+               str(port), "--policy", policy, "--chunk-size", str(prefill_step), "--log-level", "warning",
+               "--tokenizer-processes", str(auto_processes())]
         for o in options:
             cmd += ["--policy-option", o]
         return cmd + (["--record", record] if record else [])
@@ -199,6 +204,18 @@ def scene(url: str, model: str, *, chat_chars: int, chat_tokens: int, doc_chars:
     return _figures(solo, chats, docs)
 
 
+LONGEST_GAPS = 20  # the contended chats' longest gaps kept with where they fell
+
+
+def longest_gaps(chats: List[Dict], k: int = LONGEST_GAPS) -> List[Dict]:
+    """The ``k`` longest gaps of the contended chats, each with its chat and its place in it
+    (``gap`` 0: between the chat's first and second token), longest first: whether a p99 comes
+    from one moment of every chat (its first gaps, as it joins the decode batch) or from any."""
+    gaps = [token_gaps(c) for c in chats]
+    per = [(i, j, g) for i, gs in enumerate(gaps) for j, g in enumerate(gs)]
+    return [{"chat": i, "gap": j, "of": len(gaps[i]), "ms": g * 1e3} for i, j, g in sorted(per, key=lambda x: -x[2])[:k]]
+
+
 def _figures(solo: Dict, chats: List[Dict], docs: List[Dict]) -> Dict:
     """The scene's figures; the window runs from the first chat's request to its last chat's
     last token, the ITL gaps are pooled within the chats (a new chat's first token is its TTFT)."""
@@ -220,8 +237,8 @@ def _figures(solo: Dict, chats: List[Dict], docs: List[Dict]) -> Dict:
             "chat_tok_s_during": streamed / span if any(c["tokens"] for c in chats) else None,
             "docs_per_min": 60.0 * len(finished) / span, "docs_finished": len(finished), "docs_started": len(docs),
             "doc_ttft_p50_s": _pct(ttft, 50), "doc_ttft_p90_s": _pct(ttft, 90),
-            "tokens_per_chunk": statistics.mean(chunks), "errors": [d["error"] for d in [solo, *chats, *docs]
-                                                                   if d["error"]][:5]}
+            "tokens_per_chunk": statistics.mean(chunks), "longest_gaps": longest_gaps(chats),
+            "errors": [d["error"] for d in [solo, *chats, *docs] if d["error"]][:5]}
 
 
 def _ms(x) -> Optional[float]:
@@ -295,8 +312,9 @@ def against_mlx_lm(model_dir: str, *, policies: Sequence[str] = ("slo",), worker
                     print(f"[bench http] {label} repeat {r + 1}/{repeats}: chat ITL p99 solo "
                           f"{x['solo_itl_p99_ms'] or float('nan'):.1f} ms, beside {workers} documents "
                           f"{x['chat_itl_p99_ms'] or float('nan'):.1f} ms; {x['docs_per_min']:.1f} documents/min "
-                          f"over {x['window_s']:.0f} s ({x['chats']} chats)",
-                          flush=True)
+                          f"over {x['window_s']:.0f} s ({x['chats']} chats)" + "".join(
+                              f"; longest gap {g['ms']:.0f} ms, gap {g['gap']} of {g['of']}" for g in
+                              x["longest_gaps"][:1]), flush=True)
         shown = [name if a == model_dir else os.path.basename(a) if a == rec else a for a in cmd[1:]]  # no machine paths
         out[label] = {"runs": runs, "summary": summarize(runs), "command": [os.path.basename(cmd[0])] + shown,
                       "model_name": name, **({"trace": os.path.basename(rec)} if rec else {})}
