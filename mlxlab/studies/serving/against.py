@@ -256,8 +256,9 @@ def summarize(runs: List[Dict]) -> Dict:
     return out
 
 
-WARM_UP = ("one chat of the timed shape alone, then a short scene (chats of 200 characters and 16 tokens beside "
-           "documents of 1,000)")
+WARM_CHAT_CHARS, WARM_CHAT_TOKENS, WARM_DOC_CHARS = 200, 16, 1000  # the warm-up's short scene (at most)
+WARM_UP = (f"one chat of the timed shape alone, then a short scene (chats of {WARM_CHAT_CHARS} characters and "
+           f"{WARM_CHAT_TOKENS} tokens beside documents of {WARM_DOC_CHARS:,})")
 
 
 def warm_up(url: str, model: str, *, chat_chars: int, chat_tokens: int, doc_chars: int, workers: int) -> None:
@@ -271,8 +272,8 @@ def warm_up(url: str, model: str, *, chat_chars: int, chat_tokens: int, doc_char
 
     with httpx.Client(timeout=STARTUP_S) as client:
         stream(client, url, model, text(chat_chars, random.Random("warm-up")), chat_tokens, user="chat")
-    scene(url, model, chat_chars=min(chat_chars, 200), chat_tokens=16, doc_chars=min(doc_chars, 1000), doc_tokens=2,
-          workers=workers, seed=-1)
+    scene(url, model, chat_chars=min(chat_chars, WARM_CHAT_CHARS), chat_tokens=WARM_CHAT_TOKENS,
+          doc_chars=min(doc_chars, WARM_DOC_CHARS), doc_tokens=2, workers=workers, seed=-1)
 
 
 def against_mlx_lm(model_dir: str, *, policies: Sequence[str] = ("slo",), workers: int = 4, chat_chars: int = 1500,
