@@ -61,8 +61,9 @@ def register(sub: argparse._SubParsersAction) -> None:
                     help="also run every grid setting on the engine (the exhaustive sweep) and decide the regret, "
                          "rank and speed claims")
     tp.add_argument("--time-budget-s", type=positive_float, default=None, metavar="S",
-                    help="--sweep's wall-time budget for the whole command: after two whole repeats the sweep starts "
-                         "another only where it still fits (the results say where it stopped)")
+                    help="--sweep's wall-time budget for the whole command: after its first repeat the sweep starts "
+                         "another only where the slowest so far still fits (the results say where it stopped; "
+                         "--resume runs the rest)")
     tp.add_argument("--resume", default=None, metavar="TUNE_JSON",
                     help="go on with a saved tune file's exhaustive sweep (the same model, trace and SLOs as its run, "
                          "on the same device): its whole repeats are kept, the missing ones up to --repeats run, and "
