@@ -64,7 +64,15 @@ class SLOChunking(Policy):
     ``max_chunk`` and stops observing steps: every step's record and the model's refits run on the
     chat's thread and decide nothing there. (Against the same mode without slo, slo's chat ITL p99
     was 0.84-1.29x in five H200 comparisons, ``contention.json`` and ``contention_chunks.json``:
-    within the runs' spread, but the work was pure overhead.)"""
+    within the runs' spread, but the work was pure overhead.)
+
+    **Which prompt.** A prompt that fits in one chunk (at most ``short_first_tokens`` left to
+    prefill, default ``max_chunk``) goes ahead of longer ones; each group keeps arrival order. In
+    arrival order alone a chat turn posted behind queued documents waits for all of them (the
+    chat's TTFT beside four document clients in ``data/results/h200/serve_http_*.json``, from
+    ``bench http``, was the documents' queue, not the chat's prompt). Overtaking costs a long prompt at most one chunk per short prompt, so short
+    prompts can only starve documents by filling the device on their own. ``0`` keeps arrival
+    order."""
 
     name = "slo"
     side_prefill = {"overlap_sync": "pipelined", "overlap_job_chunks": WHOLE_PROMPT}
@@ -73,7 +81,7 @@ class SLOChunking(Policy):
                  cost_model=None, interactive_tenants: Optional[Sequence[str]] = None,
                  refit_every: int = 16, min_observations: int = 8, history: int = 512,
                  infeasible_efficiency: float = 0.5, chunk_multiple: int = 1, key_align: int = KEY_ALIGN,
-                 itl_target_x: float = 2.0):
+                 itl_target_x: float = 2.0, short_first_tokens: Optional[int] = None):
         if key_align < 1:
             raise ValueError(f"key_align must be >= 1 (1: chunks as chosen), got {key_align}")
         if itl_target_s is not None and itl_target_s <= 0:
@@ -83,6 +91,10 @@ class SLOChunking(Policy):
                              f"got {itl_target_x}")
         if chunk_multiple < 1:
             raise ValueError(f"chunk_multiple must be >= 1, got {chunk_multiple}")
+        if short_first_tokens is not None and (isinstance(short_first_tokens, bool)
+                                               or not isinstance(short_first_tokens, int) or short_first_tokens < 0):
+            raise ValueError(f"short_first_tokens must be an integer >= 0 (0: arrival order; default max_chunk), "
+                             f"got {short_first_tokens!r}")
         if not 0 < infeasible_efficiency <= 1:
             raise ValueError(f"infeasible_efficiency must be in (0, 1] (the share of the best prefill throughput "
                              f"to keep when the ITL target cannot be met), got {infeasible_efficiency}")
@@ -91,6 +103,7 @@ class SLOChunking(Policy):
         self.itl_target_s = itl_target_s
         self.itl_target_x = float(itl_target_x)
         self.min_chunk, self.max_chunk = min_chunk, max_chunk
+        self.short_first_tokens = max_chunk if short_first_tokens is None else int(short_first_tokens)
         self.cost_model = cost_model or StepCostModel()
         self._learn = cost_model is None
         self.interactive_tenants = set(interactive_tenants) if interactive_tenants else None
@@ -121,7 +134,7 @@ class SLOChunking(Policy):
         plan = StepPlan(decode=bool(state.decoding))
         if not state.prefill_queue:
             return plan
-        s = state.prefill_queue[0]
+        s = self.next_prompt(state.prefill_queue)
         if state.side_prefill:  # nothing for the chunk to delay, and nothing to learn
             self.observes = False  # stops the step records and the refits on the chat's thread
             n = self.max_chunk
@@ -153,6 +166,15 @@ class SLOChunking(Policy):
         plan.prefill.append((s.seq_id, align_chunk(n, s, self.key_align) or n))  # (idempotent when aligned above)
         return plan
 
+    def next_prompt(self, queue: Sequence) -> "object":
+        """The prompt to prefill next: the first in arrival order with at most
+        ``short_first_tokens`` left, else the first (class docstring, "Which prompt")."""
+        if self.short_first_tokens:
+            for s in queue:
+                if s.remaining_prefill <= self.short_first_tokens:
+                    return s
+        return queue[0]
+
     def target_s(self, decode_batch: int, decode_context_tokens: int) -> float:
         """The ITL target for a step with this decode batch: ``itl_target_s``, or ``itl_target_x``
         times the fitted model's decode-only step."""
@@ -164,4 +186,5 @@ class SLOChunking(Policy):
         target = self.itl_target_s if self.itl_target_s is not None else f"{self.itl_target_x:g}x decode step"
         return (f"SLOChunking(itl_target_s={target}, min_chunk={self.min_chunk}, "
                 f"max_chunk={self.max_chunk}, infeasible_efficiency={self.infeasible_efficiency}, "
-                f"chunk_multiple={self.chunk_multiple}, key_align={self.key_align})")
+                f"chunk_multiple={self.chunk_multiple}, key_align={self.key_align}, "
+                f"short_first_tokens={self.short_first_tokens})")
