@@ -329,19 +329,20 @@ def test_decode_window_gate_keeps_the_gate_and_the_window_over_whole_runs(seed):
     assert held  # the window did hold a big prompt back while a chat decoded
 
 
-def test_slo_prefills_a_prompt_that_fits_one_chunk_before_longer_ones_queued_ahead_of_it():
-    # a chat turn (1,500 tokens) posted behind two documents: served first, then the documents in arrival order
+def test_slo_prefills_the_prompt_with_the_fewest_tokens_left_first_and_equals_in_arrival_order():
+    # a chat turn (1,500 tokens) posted behind two documents goes first; then the started document
     cm = _fitted_cost_model()
-    docs = [SeqView(1, "batch", 0, 16000, 4000), SeqView(2, "batch", 1, 16000, 0)]
+    docs = [SeqView(1, "batch", 0, 16000, 0), SeqView(2, "batch", 1, 16000, 4000), SeqView(5, "batch", 1, 16000, 0)]
     chat = SeqView(3, "chat", 2, 1500, 0)
-    st = SchedulerState(0, 2048, docs + [chat], [])
     pol = make_policy("slo", min_chunk=16, max_chunk=2048, cost_model=cm)
-    assert pol.schedule(st).prefill == [(3, 1500)]
-    assert pol.schedule(SchedulerState(0, 2048, docs, [])).prefill == [(1, 2048)]
-    fifo = make_policy("slo", min_chunk=16, max_chunk=2048, cost_model=cm, short_first_tokens=0)
-    assert fifo.schedule(st).prefill == [(1, 2048)]
-    # the threshold is the prompt's remaining prefill: a document down to its last chunk counts as short
-    tail = SeqView(4, "batch", 3, 16000, 15000)
-    assert pol.schedule(SchedulerState(0, 2048, docs + [tail], [])).prefill == [(4, 1000)]
-    with pytest.raises(ValueError, match="short_first_tokens"):
-        make_policy("slo", short_first_tokens=-1)
+    assert pol.schedule(SchedulerState(0, 2048, docs + [chat], [])).prefill == [(3, 1500)]
+    assert pol.schedule(SchedulerState(0, 2048, docs, [])).prefill == [(2, 2048)]
+    assert pol.schedule(SchedulerState(0, 2048, [docs[0], docs[2]], [])).prefill == [(1, 2048)]  # ties: arrival
+    fifo = make_policy("slo", min_chunk=16, max_chunk=2048, cost_model=cm, order="arrival")
+    assert fifo.schedule(SchedulerState(0, 2048, docs + [chat], [])).prefill == [(1, 2048)]
+    # beside a decoding chat the chunk is sized for the chosen prompt (its place in its prompt)
+    dec = [SeqView(9, "chat", 0, 5, 5, 1, 99)]
+    (sid, n), = pol.schedule(SchedulerState(0, 2048, docs + [chat], dec)).prefill
+    assert sid == 3 and 0 < n <= 1500
+    with pytest.raises(ValueError, match="order"):
+        make_policy("slo", order="lifo")

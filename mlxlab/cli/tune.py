@@ -152,7 +152,8 @@ def _resume(args, slos, t_start: float) -> int:
     if differ:
         raise ValueError(f"--resume {path}: give the arguments it was run with; these differ: " + ", ".join(
             f"{k} {mine.get(k)!r} (stored {doc['parameters'].get(k)!r})" for k in differ))
-    here, there = environment_block().get("device_name"), (doc.get("environment") or {}).get("device_name")
+    block = environment_block()  # this machine, once: its device name, commit and time
+    here, there = block.get("device_name"), (doc.get("environment") or {}).get("device_name")
     if here != there:
         raise ValueError(f"--resume {path}: it was measured on {there!r}, this is {here!r}: a sweep must run on the "
                          f"device tune ran on")
@@ -164,7 +165,7 @@ def _resume(args, slos, t_start: float) -> int:
     params = {**doc["parameters"], "repeats": args.repeats, "sweep": True}
     write = lambda: save_results(path.stem, doc, platform=plat, folder=path.parent, parameters=params,  # noqa: E731
                                  verdicts=tune_verdicts(doc))
-    env = {k: environment_block().get(k) for k in ("git_commit", "git_dirty", "written_at")}
+    env = {k: block.get(k) for k in ("git_commit", "git_dirty", "written_at")}
     say = lambda s: print(s, flush=True)  # noqa: E731
     deadline = t_start + args.time_budget_s if args.time_budget_s else None
 

@@ -10,6 +10,8 @@ from mlxlab.policies.base import Policy
 
 #: overlap_job_chunks that hands a whole prompt to the prefill thread in one job
 WHOLE_PROMPT = 1 << 20
+#: which waiting prompt the policy prefills next (class docstring, "Which prompt")
+ORDERS = ("shortest", "arrival")
 #: the newest chunk choices kept in ``chosen`` (for plots; a server runs for days)
 CHOSEN_KEEP = 100_000
 
@@ -66,13 +68,14 @@ class SLOChunking(Policy):
     was 0.84-1.29x in five H200 comparisons, ``contention.json`` and ``contention_chunks.json``:
     within the runs' spread, but the work was pure overhead.)
 
-    **Which prompt.** A prompt that fits in one chunk (at most ``short_first_tokens`` left to
-    prefill, default ``max_chunk``) goes ahead of longer ones; each group keeps arrival order. In
-    arrival order alone a chat turn posted behind queued documents waits for all of them (the
-    chat's TTFT beside four document clients in ``data/results/h200/serve_http_*.json``, from
-    ``bench http``, was the documents' queue, not the chat's prompt). Overtaking costs a long prompt at most one chunk per short prompt, so short
-    prompts can only starve documents by filling the device on their own. ``0`` keeps arrival
-    order."""
+    **Which prompt.** With ``order="shortest"`` (the default) the prompt with the fewest tokens
+    left to prefill goes first, ties in arrival order: a chat turn posted behind queued documents
+    is served before them, and a started document before fresh ones of its length. In arrival
+    order a chat turn waits for every document posted before it (the chat's TTFT beside four
+    document clients in ``data/results/*/serve_http*.json``, from ``bench http``, was the
+    documents' queue, not the chat's prompt). A long prompt then waits while shorter ones keep
+    coming: where short prompts alone fill the device it can starve; ``order="arrival"`` keeps
+    arrival order."""
 
     name = "slo"
     side_prefill = {"overlap_sync": "pipelined", "overlap_job_chunks": WHOLE_PROMPT}
@@ -81,7 +84,7 @@ class SLOChunking(Policy):
                  cost_model=None, interactive_tenants: Optional[Sequence[str]] = None,
                  refit_every: int = 16, min_observations: int = 8, history: int = 512,
                  infeasible_efficiency: float = 0.5, chunk_multiple: int = 1, key_align: int = KEY_ALIGN,
-                 itl_target_x: float = 2.0, short_first_tokens: Optional[int] = None):
+                 itl_target_x: float = 2.0, order: str = "shortest"):
         if key_align < 1:
             raise ValueError(f"key_align must be >= 1 (1: chunks as chosen), got {key_align}")
         if itl_target_s is not None and itl_target_s <= 0:
@@ -91,10 +94,8 @@ class SLOChunking(Policy):
                              f"got {itl_target_x}")
         if chunk_multiple < 1:
             raise ValueError(f"chunk_multiple must be >= 1, got {chunk_multiple}")
-        if short_first_tokens is not None and (isinstance(short_first_tokens, bool)
-                                               or not isinstance(short_first_tokens, int) or short_first_tokens < 0):
-            raise ValueError(f"short_first_tokens must be an integer >= 0 (0: arrival order; default max_chunk), "
-                             f"got {short_first_tokens!r}")
+        if order not in ORDERS:
+            raise ValueError(f"order must be one of {ORDERS} (which waiting prompt goes first), got {order!r}")
         if not 0 < infeasible_efficiency <= 1:
             raise ValueError(f"infeasible_efficiency must be in (0, 1] (the share of the best prefill throughput "
                              f"to keep when the ITL target cannot be met), got {infeasible_efficiency}")
@@ -103,7 +104,7 @@ class SLOChunking(Policy):
         self.itl_target_s = itl_target_s
         self.itl_target_x = float(itl_target_x)
         self.min_chunk, self.max_chunk = min_chunk, max_chunk
-        self.short_first_tokens = max_chunk if short_first_tokens is None else int(short_first_tokens)
+        self.order = order
         self.cost_model = cost_model or StepCostModel()
         self._learn = cost_model is None
         self.interactive_tenants = set(interactive_tenants) if interactive_tenants else None
@@ -167,13 +168,10 @@ class SLOChunking(Policy):
         return plan
 
     def next_prompt(self, queue: Sequence) -> "object":
-        """The prompt to prefill next: the first in arrival order with at most
-        ``short_first_tokens`` left, else the first (class docstring, "Which prompt")."""
-        if self.short_first_tokens:
-            for s in queue:
-                if s.remaining_prefill <= self.short_first_tokens:
-                    return s
-        return queue[0]
+        """The prompt to prefill next (class docstring, "Which prompt"); ``queue`` is in arrival order."""
+        if self.order == "arrival":
+            return queue[0]
+        return min(queue, key=lambda s: s.remaining_prefill)  # min keeps the first of equals
 
     def target_s(self, decode_batch: int, decode_context_tokens: int) -> float:
         """The ITL target for a step with this decode batch: ``itl_target_s``, or ``itl_target_x``
@@ -187,4 +185,4 @@ class SLOChunking(Policy):
         return (f"SLOChunking(itl_target_s={target}, min_chunk={self.min_chunk}, "
                 f"max_chunk={self.max_chunk}, infeasible_efficiency={self.infeasible_efficiency}, "
                 f"chunk_multiple={self.chunk_multiple}, key_align={self.key_align}, "
-                f"short_first_tokens={self.short_first_tokens})")
+                f"order={self.order!r})")
