@@ -250,9 +250,10 @@ if [ -n "${OUT:-}" ]; then
     (cd "data/results/$PLAT" && find . -path ./runs -prune -o -type f -newer "$MARK" -exec cp --parents {} "$OUT/$PLAT/" \;)
   fi
   # the server logs of an http or soak call (mlx_lm.server's own errors, e.g. the generation thread that died
-  # on llama-3.2-1b), the last 300 lines of each, beside this call's log
+  # on llama-3.2-1b), the first and the last 150 lines of each (the first error, then every request failing
+  # after it: on 2026-12-05 the last 300 lines held only the later requests' "generation thread died")
   find "data/results/$PLAT/runs" -name 'server_*.log' -newer "$MARK" 2>/dev/null | head -4 | while read -r f; do
-    tail -n 300 "$f" > "$OUT/logs/$(basename "$f")"
+    { head -n 150 "$f"; echo "[... $(wc -l < "$f") lines in all ...]"; tail -n 150 "$f"; } > "$OUT/logs/$(basename "$f")"
   done
   if [ -d data/results/h200x2 ]; then
     mkdir -p "$OUT/h200x2" && (cd data/results/h200x2 && find . -type f -newer "$MARK" -exec cp --parents {} "$OUT/h200x2/" \;)

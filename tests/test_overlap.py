@@ -438,3 +438,44 @@ def test_overlap_first_token_is_sampled_on_its_own_cache_and_a_one_token_request
     assert doc.output_tokens == reference(tiny, doc_prompt, 1)[0]
     assert_matches(chat.output_tokens, reference(tiny, chat_prompt, 24))
     assert not any(doc.id in s.decode_seqs for s in eng.steps)  # no batch decode ever ran it
+
+
+def test_tokens_read_before_the_engine_waits_for_the_prefill_thread_are_handed_out_first(tiny):
+    # a chat finishes while a document's prefill is held on the prefill thread: the step that reads
+    # the chat's last token then has nothing to run and waits for the prefill. Its hook must run
+    # before that wait (a server publishes there), with the chat's last token already read.
+    gate = threading.Event()
+
+    class GatedPrefill:
+        def __init__(self, m):
+            self.m, self.args = m, m.args
+            self.armed = False
+
+        def __call__(self, x, cache=None):
+            if self.armed and x.shape[1] > 1:
+                assert gate.wait(30), "the engine never handed out its tokens before waiting"
+            return self.m(x, cache=cache)
+
+        def __getattr__(self, k):
+            return getattr(self.m, k)
+
+    rng = random.Random(5)
+    chat_prompt, doc_prompt = prompts_for(rng, tiny.vocab_size, [16, 600])
+    model = GatedPrefill(tiny.module)
+    eng = Engine(model, chunk_size=256, overlap=True)
+    seen = []
+
+    def before_wait():
+        seen.append((chat.done, len(chat.output_tokens), len(doc.output_tokens)))
+        gate.set()
+
+    chat = eng.submit(chat_prompt, 6)
+    while len(chat.output_tokens) < 2:
+        eng.step()
+    model.armed = True
+    doc = eng.submit(doc_prompt, 3)
+    eng.before_wait = before_wait
+    eng.run()
+    assert seen and seen[0] == (True, 6, 0)  # the chat's every token read, the document's first not yet
+    assert_matches(chat.output_tokens, reference(tiny, chat_prompt, 6))
+    assert_matches(doc.output_tokens, reference(tiny, doc_prompt, 3))

@@ -513,3 +513,15 @@ def test_bench_serve_rescore_decides_a_saved_file_again_in_place(tmp_path):
     assert out["verdicts"][0]["verdict"] == "not reproduced" and out["verdicts"][0]["measured"]["worst"] == 1.7
     assert out["presets"] == doc["presets"] and out["environment"] == doc["environment"]
     assert "mlxlab.studies.serving.run" in out["rescored_by"]["what"] and "commit" in out["rescored_by"]
+
+
+def test_the_engine_worker_publishes_what_an_overlap_engine_read_before_the_engine_waits(tiny):
+    # tests/test_overlap.py checks the engine calls before_wait, with the tokens read, before it blocks;
+    # the server's worker must be the one listening, or a chat's last token waits for a document's prefill
+    from mlxlab import Engine
+    from mlxlab.serve.worker import EngineWorker
+
+    eng = Engine(tiny.module, chunk_size=256, overlap=True)
+    worker = EngineWorker(eng)
+    assert eng.before_wait == worker._publish
+    eng.close()

@@ -188,6 +188,10 @@ class Engine(OverlapSteps, PlanExecutor):
         self._compiled = compiled_decode(self.module) if compile_decode else None
         self._prefill = PrefillWorker(self._prefill_job)  # overlap mode's worker thread
         self._pacer = DecodePacer(overlap_pace_x)
+        #: called (no arguments, on the stepping thread) when a step in overlap mode is about to
+        #: block (waiting for the prefill thread, or pacing) after reading tokens: where a server
+        #: hands them out (:class:`mlxlab.serve.worker.EngineWorker`), or they wait for the prefill
+        self.before_wait: Optional[Callable[[], None]] = None
         if isinstance(overlap_job_chunks, bool) or not isinstance(overlap_job_chunks, int) or overlap_job_chunks < 1:
             raise ValueError(f"overlap_job_chunks must be a positive integer, got {overlap_job_chunks!r}")
         self.overlap_job_chunks = overlap_job_chunks

@@ -53,6 +53,8 @@ class EngineWorker:
         self._stopping = threading.Event()
         self.error: Optional[BaseException] = None
         self.thread = threading.Thread(target=self._run, name="mlxlab-engine", daemon=True)
+        if hasattr(engine, "before_wait"):  # tokens read before the engine blocks go out at once
+            engine.before_wait = self._publish
 
     # ------------------------------------------------------------------ any thread
     def start(self) -> "EngineWorker":
