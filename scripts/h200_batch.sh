@@ -78,17 +78,19 @@
 #              run(command="DISAGG_MODEL=qwen2.5-0.5b DISAGG_DOC_TOKENS=8192 bash scripts/h200_batch.sh disagg2",
 #                  carry=[".mlxcuda"], kind="nvidia-h200-x2")
 #
-# Left for the next GPU time, in this order (2026-12-04: none lent; 12-05: one http call on coder-1.5b ran
-# past its limit and wrote nothing, then no machine in nine tries; 12-05 evening: three http calls on an H100,
-# in data/results/h100/ (llama's mlx_lm.server died, cause unknown); 12-05 night, on an H200: http coder-1.5b,
-# soak (7 min), encode done; the recorded-trace tune ran past 560 s in its sweep and wrote nothing, before
-# tune wrote its file as it goes): tune on coder-1.5b recorded (TUNE_TRACE=recorded, then TUNE_RESUME=1 calls
-# until the sweep has its 3 repeats; commit the file between calls), http on an H200 for llama-3.2-1b (its
-# server logs come back in $OUT/logs/: why mlx_lm.server died) and qwen2.5-0.5b (T_HTTP >= 400), coder-1.5b
-# again (mlxlab serve now starts a tokenizer process on the 16-core host; the file records each chat's longest
-# gaps: where the slo chat's p99 comes from), tune azure on coder-1.5b and recorded on llama-1b, compiled, then
-# issue 39's
-# plan below. Start each call with
+# Left for the next GPU time, in this order (2026-12-04: none lent; 12-05: H100 http coder/llama, H200 http
+# coder-1.5b, soak, encode; the recorded-trace tune ran past 560 s before it wrote as it goes; 12-05 late: nine
+# tries, two machines (H100 both): http llama-3.2-1b and qwen2.5-0.5b with HTTP_POLICIES=slo at eaf91dc, in
+# data/results/h100/, before the hand-out fix a2f513c; the rest of the budget went on tries that got no machine):
+#   1. http qwen2.5-0.5b and llama-3.2-1b again after a2f513c (HTTP_POLICIES=slo, ~200 s each): whether the chat's
+#      last gaps are gone (longest_gaps) and what its ITL p99 is then (the next gaps in line were each chat's
+#      gap 1, 24-25 ms: its join into the batch beside 16,000-token documents); on an H200 if one comes, else H100
+#      (compare with the h100 files); then coder-1.5b on the H200 (its committed file predates the tokenizer
+#      process default, the shortest-first order and the fix);
+#   2. tune on coder-1.5b recorded (TUNE_TRACE=recorded, then TUNE_RESUME=1 calls until the sweep has its 3
+#      repeats; commit the file between calls; resume refuses another card);
+#   3. tune azure on coder-1.5b and recorded on llama-1b, compiled, then issue 39's plan below.
+# Each try that gets no machine costs 90-250 s of device time: wait the time the refusal names. Start each call with
 #   export MLXLAB_PLATFORM=$(nvidia-smi --query-gpu=name --format=csv,noheader | head -1 | grep -q H200 && echo h200 || echo h100)
 # since a call for nvidia-h200 may get an H100. After an http call: copy $OUT/PLAT/serve_http_*.json into
 # data/results/PLAT/, `mlxlab bench http --rescore data/results/PLAT/FILE --save` (its figure) and
