@@ -393,3 +393,15 @@ def test_reproduce_params_are_read_as_yaml():
         {"bits": 4, "model_name": "qwen2.5-coder-1.5b", "models": ["a", "b"], "x": None}
     with pytest.raises(ReproduceError, match="KEY=VALUE"):
         parse_params(["bits"])
+
+
+def test_verdicts_by_file_lists_each_deciding_file_but_not_named_history(tmp_path):
+    # the paper's stored() shows each file's verdict where the files disagree; a *_before_* file is history
+    claim = "mlx-serve-vs-mlxlm-throughput"
+    mk = lambda v: _verdicts_doc(verdict(claim, v, measured={}, rule="r", fairness="f"))  # noqa: E731
+    s = _store(tmp_path, {"h100/serve_http_a": mk("not measured"), "h100/serve_http_b": mk("reproduced"),
+                          "h100/serve_http_b_before_fix": mk("not reproduced")})
+    got = [(name, v.verdict) for name, v in s.verdicts_by_file("h100", claim)]
+    assert sorted(got) == [("serve_http_a", "not measured"), ("serve_http_b", "reproduced")]
+    assert "data/results/h100/serve_http_b.json" in s.used
+    assert s.verdicts_by_file("h200", claim) == []

@@ -371,6 +371,13 @@ class ResultsStore:
         i = next(i for i, v in enumerate(self.load(path)["verdicts"]) if v is rec)
         return Node(rec, self.label(path), f"verdicts[{i}]", self.keys)
 
+    def verdicts_by_file(self, platform: str, claim_id: str) -> List[Tuple[str, Node]]:
+        """``(file name, verdict)`` for each results file of ``platform`` that decides ``claim_id``,
+        in :meth:`deciding` order, one per file name (a campaign copy of the same name is not
+        repeated), leaving out named history (``*_before_*``)."""
+        names = list(dict.fromkeys(p.stem for p, _ in self.deciding(platform, claim_id) if "_before_" not in p.stem))
+        return [(n, self.verdict(platform, claim_id, file=n)) for n in names]
+
     def has_verdict(self, platform: str, claim_id: str) -> bool:
         return bool(self.deciding(platform, claim_id))
 

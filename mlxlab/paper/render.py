@@ -96,7 +96,7 @@ class Helpers:
 
     def globals(self) -> Dict:
         s = self.store
-        return {"r": s.r, "like": s.like, "verdict": s.verdict, "has_verdict": s.has_verdict, "claim": s.claim,
+        return {"r": s.r, "like": s.like, "verdict": s.verdict, "verdicts_by_file": s.verdicts_by_file, "has_verdict": s.has_verdict, "claim": s.claim,
                 "claims_of": lambda *exps: experiment_claims(s, exps), "figure": self.figure,
                 "scorecard": self.scorecard, "tally": self.tally, "provenance": lambda: _PROVENANCE,
                 "staleness": lambda: _STALENESS, "findings": self.findings, "explorer": self.explorer, "counts_text": counts_text,
