@@ -290,6 +290,19 @@ def test_provenance_gives_each_files_repeats_and_lists_those_under_five(tmp_path
     assert "1 of these 3 files ran some setting fewer than 5 times" in md and "`cpu/b.json`." in md
 
 
+def test_provenance_lists_named_history_under_five_apart_from_the_current_files(tmp_path):
+    from mlxlab.paper.provenance import provenance_markdown
+    three = {**DOC, "config": {"repeats": 3}}
+    s = _store(tmp_path, {"cpu/b": three, "cpu/b_before_fix": three})
+    for spec in ("cpu/b", "cpu/b_before_fix"):
+        s.r(spec)
+    md = provenance_markdown(provenance_rows(s))
+    few = next(line for line in md.splitlines() if "fewer than 5 times" in line)
+    history = next(line for line in md.splitlines() if line.startswith("Named history"))
+    assert few.startswith("1 of these 2 files") and few.endswith("`cpu/b.json`.") and "b_before_fix" not in few
+    assert history.endswith("`cpu/b_before_fix.json`.")
+
+
 # -- HTML and PDF ----------------------------------------------------------------------------
 
 def test_markdown_becomes_html_with_tables_and_embedded_figures(tmp_path):

@@ -24,6 +24,12 @@ from mlxlab.core.paths import ROOT, data_dir
 SKIP_DIRS = ("quick", "notebooks")
 
 
+def is_history(name: str) -> bool:
+    """Whether a results file (its name or path) is named history: ``*_before_*``, a run kept to
+    show what a later change moved, not the current evidence."""
+    return "_before_" in Path(name).stem
+
+
 class PaperDataError(Exception):
     """A number the paper needs is not in the data: the message names the file and key path."""
 
@@ -375,7 +381,7 @@ class ResultsStore:
         """``(file name, verdict)`` for each results file of ``platform`` that decides ``claim_id``,
         in :meth:`deciding` order, one per file name (a campaign copy of the same name is not
         repeated), leaving out named history (``*_before_*``)."""
-        names = list(dict.fromkeys(p.stem for p, _ in self.deciding(platform, claim_id) if "_before_" not in p.stem))
+        names = list(dict.fromkeys(p.stem for p, _ in self.deciding(platform, claim_id) if not is_history(p.stem)))
         return [(n, self.verdict(platform, claim_id, file=n)) for n in names]
 
     def has_verdict(self, platform: str, claim_id: str) -> bool:

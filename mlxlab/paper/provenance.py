@@ -16,7 +16,7 @@ from pathlib import Path
 from typing import Dict, List, Optional
 
 from mlxlab.core.paths import ROOT
-from mlxlab.paper.context import ResultsStore
+from mlxlab.paper.context import ResultsStore, is_history
 
 #: results-file name (or its prefix before ``_``) -> the command that writes it, where no
 #: notebook and no stored command line says so
@@ -156,10 +156,15 @@ def provenance_markdown(rows: List[Dict]) -> str:
             f"`{name}`", r["device"], f"`{r['commit']}` ({r['dirty']})", f"{r['mlx']} / {r['mlx_lm']} / {r['blas']}",
             esc(r["mlx_env"]), _when(r["date"]), r.get("repeats", "not stored"), esc(cmd)]) + " |")
     few = [r["file"].split("data/results/", 1)[-1] for r in rows if r.get("repeats", "").endswith(f"(under {MIN_REPEATS})")]
+    history = [f for f in few if is_history(f)]
+    few = [f for f in few if f not in history]
     if few:
         lines += ["", f"{len(few)} of these {len(rows)} files ran some setting fewer than {MIN_REPEATS} times "
                       f"(\"under {MIN_REPEATS}\" above); their medians and spreads rest on fewer repeats than the "
                       f"project's rule asks: " + ", ".join(f"`{f}`" for f in few) + "."]
+    if history:
+        lines += ["", f"Named history under {MIN_REPEATS} repeats (kept to show what a change moved, not as the "
+                      f"current evidence): " + ", ".join(f"`{f}`" for f in history) + "."]
     if inferred:
         lines += ["", "† The file stores no command line (it predates the results format that does); the "
                       "command is the one that writes a file of that name now."]
