@@ -143,6 +143,47 @@ def test_every_server_first_streams_a_chat_of_the_timed_shape(monkeypatch, tmp_p
     assert res["config"]["warm_up"] == against.WARM_UP
 
 
+def test_a_policy_variant_sets_mlxlab_serves_chunk_size_and_options_and_leaves_mlx_lm_server_alone(monkeypatch, tmp_path):
+    """``--policies slo slo:chunk_size=1024:itl_target_x=1.5`` runs the plain policy and the variant
+    side by side, each labelled as given; mlx_lm.server keeps the shared prefill step."""
+    from mlxlab.studies.serving import against
+
+    cmds = []
+    _fake_run(monkeypatch)
+    real = against.server_command
+    monkeypatch.setattr(against, "server_command", lambda *a, **k: cmds.append(real(*a, **k)) or cmds[-1])
+    res = against.against_mlx_lm(str(tmp_path / "m"), policies=["slo", "slo:chunk_size=1024:itl_target_x=1.5"],
+                                 repeats=1, prefill_step=2048, progress=False)
+    assert set(res["servers"]) == {"mlx_lm.server", "mlxlab slo", "mlxlab slo:chunk_size=1024:itl_target_x=1.5"}
+    base, plain, variant = cmds
+    assert base[base.index("--prefill-step-size") + 1] == "2048"
+    assert plain[plain.index("--chunk-size") + 1] == "2048" and "--policy-option" not in plain
+    assert variant[variant.index("--policy") + 1] == "slo" and variant[variant.index("--chunk-size") + 1] == "1024"
+    assert variant[variant.index("--policy-option") + 1] == "itl_target_x=1.5"
+
+
+@pytest.mark.parametrize("spec", ["slo:chunk_size", "slo:chunk_size=0", "slo:chunk_size=big", ":chunk_size=8",
+                                  "slo:=3"])
+def test_a_malformed_policy_variant_is_refused_before_any_server_starts(monkeypatch, tmp_path, spec):
+    from mlxlab.studies.serving import against
+
+    calls = _fake_run(monkeypatch)
+    with pytest.raises(ValueError, match="slo|policy name"):
+        against.against_mlx_lm(str(tmp_path / "m"), policies=["slo", spec], repeats=1, progress=False)
+    assert calls == []
+
+
+@pytest.mark.parametrize("spec, says", [("nope", "unknown policy 'nope'"), ("slo:no_such=1", "no_such"),
+                                        ("slo:chunk_size=-4", "positive integer")])
+def test_bench_http_names_a_bad_policy_variant_and_starts_nothing(monkeypatch, tmp_path, capsys, spec, says):
+    from mlxlab.cli import main
+
+    calls = _fake_run(monkeypatch)
+    (tmp_path / "m").mkdir()
+    assert main(["bench", "http", "--model-dir", str(tmp_path / "m"), "--policies", "slo", spec]) == 2
+    assert says in capsys.readouterr().err and calls == []
+
+
 def test_bench_http_runs_both_servers_and_leaves_no_process_behind(tmp_path):
     data = Path(__file__).resolve().parent.parent / "data"
     shutil.copytree(data / "models", tmp_path / "data" / "models")

@@ -6,6 +6,7 @@ import argparse
 import json
 import sys
 from pathlib import Path
+from typing import Optional
 
 from mlxlab.cli.common import add_model_arguments, add_save_argument, positive_float, positive_int
 
@@ -135,7 +136,9 @@ def register_bench_http(bsub: argparse._SubParsersAction) -> None:
                     help="decide the verdicts of a saved bench http file again with this version's rules, in place "
                          "(nothing is run; marked rescored_by this commit), redraw its figure (with --save into "
                          "paper/figures/) and stop")
-    bh.add_argument("--policies", nargs="+", default=["slo", "interleave"], help="mlxlab serve's policies to run")
+    bh.add_argument("--policies", nargs="+", default=["slo", "interleave"],
+                    help="mlxlab serve's policies to run, each alone (slo) or with settings (slo:chunk_size=1024, "
+                         "slo:itl_target_x=1.5: chunk_size is its --chunk-size, other keys --policy-option)")
     bh.add_argument("--workers", type=positive_int, default=4, help="document clients posting back to back")
     bh.add_argument("--chat-chars", type=positive_int, default=1500, help="the chat's prompt (characters = tokens)")
     bh.add_argument("--chat-tokens", type=positive_int, default=300, help="tokens the chat streams")
@@ -165,6 +168,23 @@ def _trace_dir(args: argparse.Namespace, logs: Path) -> str:
     return str(where)
 
 
+def _bad_policy_variant(policies, prefill_step: int) -> Optional[str]:
+    """What is wrong with the first ``--policies`` entry that ``mlxlab serve`` would refuse (an
+    unknown policy, a malformed or unknown setting), or None."""
+    from mlxlab.policies import POLICIES, make_policy
+    from mlxlab.studies.serving.against import policy_variant
+
+    for spec in policies:
+        try:
+            name, _, opts = policy_variant(spec, prefill_step)
+            if name not in POLICIES:
+                return f"unknown policy {name!r} in {spec!r}: choose from {', '.join(sorted(POLICIES))}"
+            make_policy(name, **policy_options(opts))
+        except (ValueError, TypeError) as e:
+            return f"{spec!r}: {e}"
+    return None
+
+
 def cli_bench_http(args: argparse.Namespace) -> int:
     from mlxlab.core.environment import platform_name
     from mlxlab.core.results import run_folder, save_results
@@ -179,6 +199,10 @@ def cli_bench_http(args: argparse.Namespace) -> int:
     if not Path(args.model_dir).is_dir():
         print(f"mlxlab bench http: no model directory {args.model_dir}: make one with mlxlab export-model PRESET "
               f"--out DIR", file=sys.stderr)
+        return 2
+    bad = _bad_policy_variant(args.policies, args.prefill_step)
+    if bad:  # before mlx_lm.server runs for minutes
+        print(f"mlxlab bench http: {bad}", file=sys.stderr)
         return 2
     import signal
 

@@ -27,7 +27,7 @@ import subprocess
 import sys
 import threading
 import time
-from typing import Callable, Dict, List, Optional, Sequence
+from typing import Callable, Dict, List, Optional, Sequence, Tuple
 
 import numpy as np
 
@@ -62,6 +62,30 @@ def server_command(kind: str, model_dir: str, port: int, *, policy: str = "slo",
             cmd += ["--policy-option", o]
         return cmd + (["--record", record] if record else [])
     raise ValueError(f"unknown server {kind!r}: choose from {SERVERS}")
+
+
+def policy_variant(spec: str, prefill_step: int) -> Tuple[str, int, List[str]]:
+    """A ``--policies`` entry as ``(policy, chunk size, --policy-option items)``: a policy name
+    alone (``slo``), or with ``:KEY=VALUE`` settings (``slo:chunk_size=1024:itl_target_x=1.5``), so
+    one run can set a policy's levers beside each other. ``chunk_size`` is ``mlxlab serve
+    --chunk-size`` (mlx_lm.server keeps ``prefill_step``); every other key is a policy option.
+    Raises ValueError on a setting without ``=`` or a chunk size that is not a positive integer."""
+    name, *items = spec.split(":")
+    if not name:
+        raise ValueError(f"a --policies entry needs a policy name first (e.g. slo:chunk_size=1024), got {spec!r}")
+    chunk, options = prefill_step, []
+    for item in items:
+        key, sep, value = item.partition("=")
+        if not sep or not key or not value:
+            raise ValueError(f"{spec!r}: each setting after the policy is KEY=VALUE (e.g. slo:chunk_size=1024), "
+                             f"got {item!r}")
+        if key == "chunk_size":
+            if not value.isdigit() or int(value) < 1:
+                raise ValueError(f"{spec!r}: chunk_size must be a positive integer, got {value!r}")
+            chunk = int(value)
+        else:
+            options.append(f"{key}={value}")
+    return name, chunk, options
 
 
 class Server:
@@ -286,6 +310,8 @@ def against_mlx_lm(model_dir: str, *, policies: Sequence[str] = ("slo",), worker
     ones on every server, so no prompt cache serves a document (mlx_lm.server keeps one). Returns per server the runs,
     their summary and its command line. ``on_server``, when given, is called with the result so far after each
     server (a run cut short by a time limit keeps the servers that finished)."""
+    for p in policies:  # a malformed variant is refused before any server runs
+        policy_variant(p, prefill_step)
     name = os.path.basename(os.path.normpath(model_dir))
     config = {"model_dir": name, "policies": list(policies), "workers": workers, "chat_chars": chat_chars,
               "chat_tokens": chat_tokens, "doc_chars": doc_chars, "doc_tokens": doc_tokens, "repeats": repeats,
@@ -296,11 +322,16 @@ def against_mlx_lm(model_dir: str, *, policies: Sequence[str] = ("slo",), worker
     for kind, policy in [("mlx-lm", None)] + [("mlxlab", p) for p in policies]:
         label = "mlx_lm.server" if kind == "mlx-lm" else f"mlxlab {policy}"
         port = _free_port()
-        rec = (os.path.join(record_dir, f"serve_http_{name}_{policy}.jsonl") if record_dir and kind == "mlxlab"
+        safe = (policy or "").replace(":", "_").replace("=", "-")
+        rec = (os.path.join(record_dir, f"serve_http_{name}_{safe}.jsonl") if record_dir and kind == "mlxlab"
                else None)
         if rec and os.path.exists(rec):
             os.remove(rec)  # this run's trace only (the recorder appends)
-        cmd = server_command(kind, model_dir, port, policy=policy or "slo", prefill_step=prefill_step, record=rec)
+        if kind == "mlxlab":  # a variant (slo:chunk_size=1024) runs its policy with those settings
+            pname, chunk, opts = policy_variant(policy, prefill_step)
+            cmd = server_command(kind, model_dir, port, policy=pname, prefill_step=chunk, options=opts, record=rec)
+        else:
+            cmd = server_command(kind, model_dir, port, prefill_step=prefill_step)
         with Server(cmd, port, os.path.join(log_dir, f"server_{label.replace(' ', '_')}.log")) as url:
             model = model_dir  # both servers name the model by its directory
             warm_up(url, model, chat_chars=chat_chars, chat_tokens=chat_tokens, doc_chars=doc_chars, workers=workers)
