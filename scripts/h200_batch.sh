@@ -79,17 +79,21 @@
 #                  carry=[".mlxcuda"], kind="nvidia-h200-x2")
 #
 # Left for the next GPU time, in this order (2026-12-04: none lent; 12-05: H100 http coder/llama, H200 http
-# coder-1.5b, soak, encode; the recorded-trace tune ran past 560 s before it wrote as it goes; 12-05 late: nine
-# tries, two machines (H100 both): http llama-3.2-1b and qwen2.5-0.5b with HTTP_POLICIES=slo at eaf91dc, in
-# data/results/h100/, before the hand-out fix a2f513c; the rest of the budget went on tries that got no machine):
-#   1. http qwen2.5-0.5b and llama-3.2-1b again after a2f513c (HTTP_POLICIES=slo, ~200 s each): whether the chat's
-#      last gaps are gone (longest_gaps) and what its ITL p99 is then (the next gaps in line were each chat's
-#      gap 1, 24-25 ms: its join into the batch beside 16,000-token documents); on an H200 if one comes, else H100
-#      (compare with the h100 files); then coder-1.5b on the H200 (its committed file predates the tokenizer
-#      process default, the shortest-first order and the fix);
-#   2. tune on coder-1.5b recorded (TUNE_TRACE=recorded, then TUNE_RESUME=1 calls until the sweep has its 3
-#      repeats; commit the file between calls; resume refuses another card);
-#   3. tune azure on coder-1.5b and recorded on llama-1b, compiled, then issue 39's plan below.
+# coder-1.5b, soak, encode; the recorded-trace tune ran past 560 s before it wrote as it goes; 12-05 late: two
+# H100 calls, http llama-3.2-1b and qwen2.5-0.5b at eaf91dc, before the hand-out fix a2f513c; 12-06: three H200
+# calls at b359155: http qwen2.5-0.5b (345 s wall) and llama-3.2-1b (237 s) after the fix, and the recorded-trace
+# tune on coder-1.5b (562 s: profile 62 s, simulation 32 s, confirmation 238 s, then the sweep's first repeat was
+# cut at 11 of its 12 runs by the call's limit, so the file holds tune without a sweep):
+#   1. tune on coder-1.5b recorded, the sweep: TUNE_RESUME=1 T_TUNE=560 calls on an H200 (resume refuses another
+#      card) until it has 3 whole repeats (one repeat ~4 min: 12 settings of 11-50 s, stall_free-256 the slowest;
+#      likely 2 calls); commit the file between calls;
+#   2. the levers on the chat's p99 (issue 36 item 3): HTTP_MODEL=qwen2.5-0.5b
+#      HTTP_POLICIES="slo slo:chunk_size=1024 slo:chunk_size=512" (~400 s): the chat's ITL p99 over its solo p99
+#      against the documents/min each costs (the target allows 10% below the best);
+#   3. http coder-1.5b on the H200 again (HTTP_POLICIES=slo; its committed file predates the tokenizer-process
+#      default, the shortest-first order and the hand-out fix; ~450 s);
+#   4. tune azure on coder-1.5b and recorded on llama-1b (each a tune call, then resume calls), compiled, then
+#      issue 39's plan below.
 # Each try that gets no machine costs 90-250 s of device time: wait the time the refusal names. Start each call with
 #   export MLXLAB_PLATFORM=$(nvidia-smi --query-gpu=name --format=csv,noheader | head -1 | grep -q H200 && echo h200 || echo h100)
 # since a call for nvidia-h200 may get an H100. After an http call: copy $OUT/PLAT/serve_http_*.json into

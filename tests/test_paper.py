@@ -49,7 +49,10 @@ def test_every_figure_the_paper_references_exists(paper):
     gpu = [f for plat in ("h200", "h100") for f in (ROOT / "data" / "results" / plat).glob("serve_http_*.json")
            if not f.stem.endswith("_partial")]
     assert all((ROOT / "paper" / "figures" / f.parent.name / f"{f.stem}.png").exists() for f in gpu)
-    assert len(paper.figures) == len(set(names)) + len(gpu)
+    # and one per H200 tune file (tune_MODEL_h200)
+    tunes = list((ROOT / "data" / "results" / "h200").glob("tune_*.json"))
+    assert all((ROOT / "paper" / "figures" / f"{f.stem}_h200.png").exists() for f in tunes)
+    assert len(paper.figures) == len(set(names)) + len(gpu) + len(tunes)
 
 
 def test_the_paper_source_holds_no_typed_measured_figure():

@@ -111,13 +111,14 @@ def tune_markdown(results: Path) -> str:
     files = _files(results, "tune*.json")
     if not files:
         return "*No `tune` results yet: run `mlxlab tune --save`.*"
-    lines = ["| Platform | Trace (requests) | SLO | Choice | Its objective over `BatchGenerator`'s | Regret against "
-             "the exhaustive sweep | Verdict |", "|---|---|---|---|---|---|---|"]
+    lines = ["| Platform | Model | Trace (requests) | SLO | Choice | Its objective over `BatchGenerator`'s | Regret "
+             "against the exhaustive sweep | Verdict |", "|---|---|---|---|---|---|---|---|"]
     for path in files:
         doc = json.loads(path.read_text())
         tr, ch = doc.get("trace") or {}, doc.get("choice") or {}
         reg = next((v.get("measured") or {} for v in doc.get("verdicts") or [] if v.get("claim") == "mlx-tune-regret"), {})
-        lines.append(f"| {path.parent.name} | `{tr.get('path', '?')}` ({_f(tr.get('requests'))}) | "
+        model = (doc.get("parameters") or {}).get("model", "?")
+        lines.append(f"| {path.parent.name} | {model} | `{tr.get('path', '?')}` ({_f(tr.get('requests'))}) | "
                      f"{', '.join(doc.get('slos') or [])} | {ch.get('label', '?')}"
                      f"{'' if ch.get('meets') else ' (meets no SLO set)'} | "
                      f"{_f((doc.get('vs_mlx_lm') or {}).get('objective_x'), 'x')} ({doc.get('objective', '?')}) | "

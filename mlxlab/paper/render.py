@@ -102,7 +102,18 @@ class Helpers:
                 "staleness": lambda: _STALENESS, "findings": self.findings, "explorer": self.explorer, "counts_text": counts_text,
                 "appendix": self.appendix, "platforms": lambda: columns(s), "claim_ids": lambda: list(s.claims()),
                 "platforms_for": lambda cid: platforms_for(s, cid),
-                "campaign_pending": self.campaign_pending, "plans": self.plans, "simulated_only": self.simulated_only}
+                "campaign_pending": self.campaign_pending, "plans": self.plans, "simulated_only": self.simulated_only,
+                "measured_before": self.measured_before}
+
+    def measured_before(self, spec: str, commit: str) -> Optional[bool]:
+        """Whether the results file ``spec`` was measured at a commit before ``commit`` (its
+        ``environment.source_commit``, else ``git_commit``); None where git cannot say (no
+        history, or a commit it does not hold)."""
+        from mlxlab.paper.staleness import older
+
+        env = self.store.load(self.store.path(spec), use=False).get("environment") or {}
+        mine = (env.get("source_commit") or env.get("git_commit") or "").split("-")[0]
+        return older(mine, commit) if mine else None
 
     def simulated_only(self) -> List[Dict]:
         """The claims that only a simulation decides on the measured platforms (CPU, H200): one

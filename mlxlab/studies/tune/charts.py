@@ -37,10 +37,14 @@ def tune_chart(doc: Mapping) -> alt.LayerChart:
     xs = [v for v in list(sim.get("x", [])) + list(conf.get("x", [])) + [1.0] if v > 0]
     ys = [v for v in list(sim.get("y", [])) + list(conf.get("lo", [])) + list(conf.get("hi", [])) if math.isfinite(v)]
     xdom = [min(xs) / 1.5, max(xs) * 1.5]  # ratios span orders of magnitude: a log axis
-    ydom = [0, max(ys) * 1.1 if ys else 1]
+    # objectives can also span orders of magnitude (the H200's tune: 0.2 s to 16 s), which on a linear
+    # axis piles the useful settings onto the floor: log past a 30x spread
+    ylog = bool(ys) and min(ys) > 0 and max(ys) / min(ys) > 30
+    yscale = (alt.Scale(type="log", domain=[min(ys) / 1.5, max(ys) * 1.5], nice=False) if ylog
+              else alt.Scale(domain=[0, max(ys) * 1.1 if ys else 1]))
     x = alt.X("x:Q", scale=alt.Scale(type="log", domain=xdom, nice=False),
               title="binding SLO: its figure over its bound (≤ 1 meets every SLO; log)")
-    y = alt.Y("y:Q", scale=alt.Scale(domain=ydom), title=f"objective: {doc.get('objective', '?')} (ms)")
+    y = alt.Y("y:Q", scale=yscale, title=f"objective: {doc.get('objective', '?')} (ms{'; log' if ylog else ''})")
     policies = sorted(set(sim.get("policy", [])) | set(conf.get("policy", [])))
     color = alt.Color("policy:N", scale=alt.Scale(domain=policies, range=[
         "#7f8c8d" if p == "mlx-lm" else PALETTE[i % len(PALETTE)] for i, p in enumerate(policies)]), title="policy")
