@@ -229,3 +229,19 @@ def test_mlxlab_tune_on_a_trace_ends_with_a_choice_a_serve_line_and_its_files(tm
     doc = json.loads(path.read_text())
     assert doc["sweep"]["repeats"] == 2 and len(doc["sweep"]["rows"]) == len(doc["grid"])
     assert len(doc["sweep"]["calls"]) == 2 and {v["claim"] for v in doc["verdicts"]} >= {"mlx-tune-regret"}
+
+
+@pytest.mark.parametrize("top_s, log", [(16.0, True), (1.0, False)])
+def test_the_tune_figure_puts_objectives_spanning_orders_of_magnitude_on_a_log_axis(top_s, log):
+    """The H200 tune's objectives ran from 0.2 s to 16 s: on a linear axis every useful setting sat
+    on the floor. Past a 30x spread the objective axis is logarithmic; below it, linear from zero."""
+    from mlxlab.studies.tune.charts import tune_chart
+
+    grid = [{"label": f"s{i}", "slo_ratio": 1.0 + i, "objective_s": y, "policy": "slo"}
+            for i, y in enumerate([0.2, 0.5, top_s])]
+    spec = tune_chart({"grid": grid, "frontier": ["s0"], "confirmed": [], "slos": ["chat.itl_p99<=2x"],
+                       "objective": "batch.ttft_p50", "choice": {}}).to_dict()
+    scales = [layer["encoding"]["y"].get("scale", {}) for layer in spec["layer"]
+              if layer.get("encoding", {}).get("y", {}).get("field") == "y"]
+    assert scales and all((s.get("type") == "log") == log for s in scales)
+    assert all(s["domain"][0] > 0 for s in scales) if log else all(s["domain"][0] == 0 for s in scales)
