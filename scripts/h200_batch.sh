@@ -90,7 +90,7 @@
 #   2. the levers on the chat's p99 (issue 36 item 3): HTTP_MODEL=qwen2.5-0.5b
 #      HTTP_POLICIES="slo slo:chunk_size=1024 slo:chunk_size=512" (~400 s): the chat's ITL p99 over its solo p99
 #      against the documents/min each costs (the target allows 10% below the best); and the same scene with the
-#      documents asking for one token (HTTP_DOC_TOKENS=1, a call of its own): a
+#      documents asking for one token (HTTP_DOC_TOKENS=1 HTTP_SUFFIX=_doc_tokens_1, a call of its own): a
 #      one-token request never joins the decode batch, so if the p99 band (25-58 ms on 1-2% of the chat's gaps)
 #      is the documents' first tokens and joins beside the chat (~4.6 a second at 277 documents/min, against
 #      ~175 chat gaps a second: 2.6%), it goes with them;
@@ -217,7 +217,7 @@ case "$part" in
     T=120 run $H export-model "$m" --bits 4 --out "$dir"
     T=${T_HTTP:-540} run $H bench http --save --model-dir "$dir" --policies ${HTTP_POLICIES:-slo interleave} --workers 4 \
       --chat-chars 1500 --chat-tokens ${HTTP_CHAT_TOKENS:-100} --doc-chars 16000 --doc-tokens ${HTTP_DOC_TOKENS:-8} --repeats ${HTTP_REPEATS:-2} \
-      --window-s ${HTTP_WINDOW_S:-30} --prefill-step 2048 --name "serve_http_$m" ;;
+      --window-s ${HTTP_WINDOW_S:-30} --prefill-step 2048 --name "serve_http_$m${HTTP_SUFFIX:-}" ;;
   tune)
     m=${TUNE_MODEL:-qwen2.5-coder-1.5b}
     case ${TUNE_TRACE:-recorded} in
