@@ -94,6 +94,10 @@
 #      one-token request never joins the decode batch, so if the p99 band (25-58 ms on 1-2% of the chat's gaps)
 #      is the documents' first tokens and joins beside the chat (~4.6 a second at 277 documents/min, against
 #      ~175 chat gaps a second: 2.6%), it goes with them;
+#      Five repeats (issue 39) do not fit one call: run a preset's scene in parts at one commit (HTTP_REPEATS=3
+#      HTTP_SUFFIX=_part2 after a 2-repeat call), then pool them here with `mlxlab bench http --merge
+#      data/results/h200/serve_http_M.json data/results/h200/serve_http_M_part2.json --name serve_http_M --save`
+#      (it refuses parts of another commit, device or scene);
 #   3. http coder-1.5b on the H200 again (HTTP_POLICIES=slo; its committed file predates the tokenizer-process
 #      default, the shortest-first order and the hand-out fix; ~450 s);
 #   4. tune azure on coder-1.5b and recorded on llama-1b (each a tune call, then resume calls), compiled, then

@@ -222,3 +222,70 @@ def test_bench_http_runs_both_servers_and_leaves_no_process_behind(tmp_path):
     assert set(read_trace(trace).tenants()) == {"chat", "batch"}
     left = subprocess.run(["pgrep", "-f", f"--model {model}"], capture_output=True, text=True)
     assert left.stdout.strip() == ""  # every server process was stopped by its id
+
+
+def _saved(scale=1.0, **env):
+    """A copy of a committed H200 bench http file, its figures times ``scale``, its environment
+    updated with ``env``."""
+    doc = json.loads((Path(__file__).resolve().parent.parent / "data" / "results" / "h200"
+                      / "serve_http_qwen2.5-0.5b.json").read_text())
+    for s in doc["servers"].values():
+        s["runs"] = [{k: v * scale if isinstance(v, float) else v for k, v in r.items()} for r in s["runs"]]
+    doc["environment"].update(env)
+    return doc
+
+
+def test_merge_pools_the_repeats_of_separate_calls_and_decides_again():
+    """Five repeats of the HTTP scene do not fit one ten-minute GPU call: saved runs of one scene
+    are pooled server by server, the summary counts every repeat and the verdicts are decided on
+    the pooled runs."""
+    from mlxlab.studies.serving.http_merge import merge_http
+
+    a, b = _saved(), _saved(scale=2.0)
+    doc = merge_http([{**a, "source": "a.json"}, {**b, "source": "b.json"}])
+    assert doc["config"]["repeats"] == 4 and [p["source"] for p in doc["parts"]] == ["a.json", "b.json"]
+    slo = doc["servers"]["mlxlab slo"]
+    assert [r["part"] for r in slo["runs"]] == [0, 0, 1, 1] and "part" not in slo["summary"]
+    dpm = slo["summary"]["docs_per_min"]
+    assert dpm["n"] == 4 and dpm["max"] == 2 * max(r["docs_per_min"] for r in a["servers"]["mlxlab slo"]["runs"])
+    assert {v["claim"] for v in doc["verdicts"]} == {"mlx-serve-vs-mlxlm-throughput", "mlx-serve-chat-itl"}
+
+
+@pytest.mark.parametrize("change, says", [
+    (lambda d: d["config"].update(doc_chars=8000), "different scene"),
+    (lambda d: d["environment"].update(source_commit="0000000"), "different commit"),
+    (lambda d: d["environment"].update(device_name="NVIDIA H100"), "device_name"),
+    (lambda d: d["servers"].pop("mlxlab slo"), "servers"),
+    (lambda d: d.update(partial="cut short"), "cut short"),
+])
+def test_merge_refuses_runs_that_are_not_repeats_of_one_measurement(change, says):
+    from mlxlab.studies.serving.http_merge import merge_http
+
+    b = _saved()
+    change(b)
+    with pytest.raises(ValueError, match=says):
+        merge_http([{**_saved(), "source": "a.json"}, {**b, "source": "b.json"}])
+    with pytest.raises(ValueError, match="two or more"):
+        merge_http([{**_saved(), "source": "a.json"}])
+
+
+def test_bench_http_merge_writes_the_pooled_file_with_the_parts_machine(tmp_path, monkeypatch, capsys):
+    from mlxlab.cli import main
+
+    data = Path(__file__).resolve().parent.parent / "data"
+    shutil.copytree(data / "claims", tmp_path / "data" / "claims")
+    monkeypatch.setenv("MLXLAB_DATA", str(tmp_path / "data"))  # results land in tmp_path, not the checkout
+    for name, scale in (("a", 1.0), ("b", 1.5)):
+        (tmp_path / f"{name}.json").write_text(json.dumps(_saved(scale)))
+    rc = main(["bench", "http", "--merge", str(tmp_path / "a.json"), str(tmp_path / "b.json"),
+               "--name", "serve_http_merged"])  # without --save: a run folder, the figure beside the file
+    printed = capsys.readouterr()
+    assert rc == 0, printed.err
+    path = Path(printed.out.strip().splitlines()[-1].removeprefix("wrote ").split(":")[0])
+    assert path.name == "serve_http_merged.json" and str(tmp_path) in str(path)
+    out = json.loads(path.read_text())
+    assert out["environment"]["device_name"] == "NVIDIA H200" and out["environment"]["merged_from"] == ["a.json", "b.json"]
+    assert out["parameters"]["repeats"] == 4 and len(out["verdicts"]) == 2
+    (tmp_path / "c.json").write_text("{}")
+    assert main(["bench", "http", "--merge", str(tmp_path / "a.json"), str(tmp_path / "c.json")]) == 2
+    assert "not a saved bench http results file" in capsys.readouterr().err

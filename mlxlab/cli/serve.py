@@ -136,6 +136,9 @@ def register_bench_http(bsub: argparse._SubParsersAction) -> None:
                     help="decide the verdicts of a saved bench http file again with this version's rules, in place "
                          "(nothing is run; marked rescored_by this commit), redraw its figure (with --save into "
                          "paper/figures/) and stop")
+    bh.add_argument("--merge", nargs="+", default=None, metavar="JSON",
+                    help="pool saved runs of one scene made in separate calls (each a serve_http*.json) into --name: "
+                         "their repeats added up, summaries and verdicts decided again; nothing is run")
     bh.add_argument("--policies", nargs="+", default=["slo", "interleave"],
                     help="mlxlab serve's policies to run, each alone (slo) or with settings (slo:chunk_size=1024, "
                          "slo:itl_target_x=1.5: chunk_size is its --chunk-size, other keys --policy-option)")
@@ -192,6 +195,8 @@ def cli_bench_http(args: argparse.Namespace) -> int:
 
     if args.rescore:
         return _rescore_http(Path(args.rescore), args)
+    if args.merge:
+        return _merge_http(args)
     if not args.model_dir:
         print("mlxlab bench http: give --model-dir DIR (a model directory: mlxlab export-model PRESET --out DIR) or "
               "--rescore FILE", file=sys.stderr)
@@ -251,6 +256,36 @@ def _http_figure(res: dict, plat: str, name: str, folder) -> None:
             print(f"figure {p}")
     except Exception as e:  # noqa: BLE001 - reported; the results are already written
         print(f"[bench http] no figure: {e!r}", flush=True)
+
+
+def _merge_http(args: argparse.Namespace) -> int:
+    """``bench http --merge``: saved runs of one scene (separate calls) pooled into one file."""
+    from mlxlab.core.results import environment_block, platform_of, run_folder, save_results
+    from mlxlab.studies.serving.http_merge import merge_http
+
+    parts = []
+    for path in map(Path, args.merge):
+        try:
+            parts.append({**json.loads(path.read_text()), "source": path.name})
+        except (OSError, ValueError) as e:
+            print(f"mlxlab bench http: cannot read {path}: {e}", file=sys.stderr)
+            return 2
+    try:
+        doc = merge_http(parts)
+    except ValueError as e:
+        print(f"mlxlab bench http: {e}", file=sys.stderr)
+        return 2
+    plat = args.platform or (parts[0].get("environment") or {}).get("platform") or platform_of(Path(args.merge[0]))
+    vs = doc.pop("verdicts")
+    doc["environment"] = {**parts[0]["environment"], "merged_from": [p["source"] for p in parts],
+                          "merged_by": environment_block(plat)}  # the parts' machine: the merge measures nothing
+    path = save_results(args.name, doc, platform=plat, folder=run_folder(plat, args.save), verdicts=vs,
+                        parameters={**(parts[0].get("parameters") or {}), "repeats": doc["config"]["repeats"]})
+    for v in vs:
+        print(f"[{v['verdict']}] {v['claim']}: {v['measured']}")
+    _http_figure(doc, plat, args.name, None if args.save else path.parent)
+    print(f"wrote {path}: {len(parts)} parts, {doc['config']['repeats']} repeats")
+    return 0
 
 
 def _rescore_http(path: Path, args: argparse.Namespace) -> int:
