@@ -479,3 +479,61 @@ def test_tokens_read_before_the_engine_waits_for_the_prefill_thread_are_handed_o
     assert seen and seen[0] == (True, 6, 0)  # the chat's every token read, the document's first not yet
     assert_matches(chat.output_tokens, reference(tiny, chat_prompt, 6))
     assert_matches(doc.output_tokens, reference(tiny, doc_prompt, 3))
+
+
+@pytest.mark.parametrize("overlap", [True, False])
+def test_a_row_far_longer_than_the_batch_decodes_apart_and_both_equal_generate_step(tiny, overlap):
+    """With ``decode_apart``, a document whose context is far longer than the decoding chat's does not
+    join (and left-pad) the chat's batch: it decodes in its own forward, the chat's rows stay one even
+    cache, and both streams equal generate_step; without it the same document joins the batch."""
+    chat_prompt, doc_prompt = list(range(3, 40)), list(range(50, 150))
+    seen = {}
+    for apart in (16, None):
+        with Engine(tiny, chunk_size=32, overlap=overlap, decode_apart=apart) as eng:
+            chat = eng.submit(chat_prompt, 160)  # long enough to decode while the prefill thread runs
+            while len(chat.output_tokens) < 4:
+                eng.step()
+            doc = eng.submit(doc_prompt, 6)
+            joined, alone = False, False
+            while not doc.done:
+                eng.step()
+                joined |= any(s.req is doc for s in eng._decoding)
+                alone |= any(s.req is doc for s in eng._solo)
+                if apart is not None:
+                    assert len(eng._decoding) == 1 and eng._batch.even  # the chat's rows, unpadded
+            eng.run()
+        seen[apart] = (joined, alone)
+        assert_matches(doc.output_tokens, reference(tiny, doc_prompt, 6))
+        assert_matches(chat.output_tokens, reference(tiny, chat_prompt, 160))
+    assert seen == {16: (False, True), None: (True, False)}
+
+
+def test_a_short_chat_beside_a_long_batch_decodes_apart_and_near_lengths_still_join(tiny):
+    """The rule is the distance to the batch either way: a chat arriving while a long document is
+    the batch decodes alone; a second chat of about its length arriving later joins the document's
+    batch only if within ``decode_apart`` of it (here it is not, so it decodes alone too), and rows
+    ready together start the batch from the shortest."""
+    from mlxlab.engine.batch import decodes_apart
+
+    assert decodes_apart([100, 37, 40], None, 16) == [True, False, False]
+    assert decodes_apart([100, 37], 110, 16) == [False, True]
+    assert decodes_apart([100, 37], 110, None) == [False, False]
+    assert decodes_apart([], 110, 0) == []
+    doc_prompt, chat_prompt = list(range(50, 150)), list(range(3, 40))
+    with Engine(tiny, chunk_size=32, decode_apart=16) as eng:
+        doc = eng.submit(doc_prompt, 20)
+        while len(doc.output_tokens) < 2:
+            eng.step()
+        chat = eng.submit(chat_prompt, 8)
+        while not chat.done:
+            eng.step()
+            assert [s.req for s in eng._decoding] == [doc]  # the chat never joined the document's rows
+        eng.run()
+    assert_matches(doc.output_tokens, reference(tiny, doc_prompt, 20))
+    assert_matches(chat.output_tokens, reference(tiny, chat_prompt, 8))
+
+
+@pytest.mark.parametrize("bad", [-1, 1.5, True, "64"])
+def test_a_bad_decode_apart_is_refused(tiny, bad):
+    with pytest.raises(ValueError, match="decode_apart must be a whole number of positions"):
+        Engine(tiny, decode_apart=bad)

@@ -289,3 +289,17 @@ def test_bench_http_merge_writes_the_pooled_file_with_the_parts_machine(tmp_path
     (tmp_path / "c.json").write_text("{}")
     assert main(["bench", "http", "--merge", str(tmp_path / "a.json"), str(tmp_path / "c.json")]) == 2
     assert "not a saved bench http results file" in capsys.readouterr().err
+
+
+def test_an_engine_option_in_a_policy_variant_reaches_mlxlab_serves_engine_and_a_bad_one_is_named(tiny):
+    """``slo:decode_apart=4096`` is not a policy option: the variant check lets it through to the
+    engine (``mlxlab serve --policy-option decode_apart=4096`` builds ``Engine(decode_apart=4096)``)
+    and names a bad value before any server starts."""
+    from mlxlab import serve
+    from mlxlab.cli.serve import _bad_policy_variant, policy_options
+
+    assert _bad_policy_variant(["slo", "slo:decode_apart=4096"], 2048) is None
+    assert "decode_apart must be" in _bad_policy_variant(["slo:decode_apart=-1"], 2048)
+    assert "no_such" in _bad_policy_variant(["slo:decode_apart=8:no_such=1"], 2048)
+    server = serve.build(tiny, policy="slo", **policy_options(["decode_apart=4096"]))
+    assert server.worker.engine.decode_apart == 4096

@@ -29,7 +29,9 @@ def register(sub: argparse._SubParsersAction) -> None:
     add_model_arguments(sp, default="small")
     sp.add_argument("--policy", default="interleave", help="scheduling policy (mlxlab.policies.POLICIES)")
     sp.add_argument("--policy-option", action="append", default=[], metavar="KEY=VALUE",
-                    help="a policy option (value read as JSON, else a string), e.g. token_budget=512; repeatable")
+                    help="a policy option or an engine option (value read as JSON, else a string), e.g. "
+                         "token_budget=512, or decode_apart=4096 (Engine(decode_apart=...): a row that far from the "
+                         "decode batch's length decodes in its own forward instead of padding the batch); repeatable")
     sp.add_argument("--chunk-size", type=positive_int, default=2048, help="prefill chunk size (tokens)")
     sp.add_argument("--overlap", action="store_true",
                     help="prefill on a second thread and stream (overlap mode); without it the policy chooses "
@@ -141,7 +143,8 @@ def register_bench_http(bsub: argparse._SubParsersAction) -> None:
                          "their repeats added up, summaries and verdicts decided again; nothing is run")
     bh.add_argument("--policies", nargs="+", default=["slo", "interleave"],
                     help="mlxlab serve's policies to run, each alone (slo) or with settings (slo:chunk_size=1024, "
-                         "slo:itl_target_x=1.5: chunk_size is its --chunk-size, other keys --policy-option)")
+                         "slo:itl_target_x=1.5: chunk_size is its --chunk-size, other keys --policy-option, also the "
+                         "engine's, e.g. slo:decode_apart=4096)")
     bh.add_argument("--workers", type=positive_int, default=4, help="document clients posting back to back")
     bh.add_argument("--chat-chars", type=positive_int, default=1500, help="the chat's prompt (characters = tokens)")
     bh.add_argument("--chat-tokens", type=positive_int, default=300, help="tokens the chat streams")
@@ -174,15 +177,23 @@ def _trace_dir(args: argparse.Namespace, logs: Path) -> str:
 def _bad_policy_variant(policies, prefill_step: int) -> Optional[str]:
     """What is wrong with the first ``--policies`` entry that ``mlxlab serve`` would refuse (an
     unknown policy, a malformed or unknown setting), or None."""
+    import inspect
+
+    from mlxlab.engine.batch import checked_apart
+    from mlxlab.engine.loop import Engine
     from mlxlab.policies import POLICIES, make_policy
     from mlxlab.studies.serving.against import policy_variant
 
+    engine_keys = set(inspect.signature(Engine).parameters)  # decode_apart=4096 and the like go to the Engine
     for spec in policies:
         try:
             name, _, opts = policy_variant(spec, prefill_step)
             if name not in POLICIES:
                 return f"unknown policy {name!r} in {spec!r}: choose from {', '.join(sorted(POLICIES))}"
-            make_policy(name, **policy_options(opts))
+            options = policy_options(opts)
+            make_policy(name, **{k: v for k, v in options.items() if k not in engine_keys})
+            if "decode_apart" in options:
+                checked_apart(options["decode_apart"])
         except (ValueError, TypeError) as e:
             return f"{spec!r}: {e}"
     return None

@@ -152,6 +152,15 @@ class DecodeBatch:
     def even(self) -> bool:
         return self.cache is not None and all_plain(self.cache)
 
+    @property
+    def length(self) -> int:
+        """Positions each row's attention spans now: the longest row's (left padding included), 0
+        without rows."""
+        if self.cache is None:
+            return 0
+        c = self.cache[0]
+        return int(c._idx) if isinstance(c, BatchKVCache) else int(getattr(c, "offset", 0) or 0)
+
     def join(self, caches: List[list], inputs: mx.array) -> None:
         """Append rows: ``caches`` (each a prompt's per-layer caches) and their first inputs."""
         parts = ([self.cache] if self.cache is not None else []) + list(caches)
@@ -204,3 +213,24 @@ class DecodeBatch:
             r.offset = c.offset
             out.append(r)
         return out
+
+
+def decodes_apart(lengths: Sequence[int], batch_length: Optional[int], apart: Optional[int]) -> List[bool]:
+    """For rows ready to decode, holding ``lengths`` positions each: whether each decodes in its own
+    forward instead of joining the decode batch, which holds ``batch_length`` positions (None: no
+    rows). A join left-pads every row to the longest, so a 16,000-token document's few decode tokens
+    beside a 1,500-token chat copy the chat's KV into a padded batch and send its attention through a
+    mask over every position until the document leaves. With ``apart`` (positions), a row more than
+    ``apart`` longer or shorter than the batch (with no batch: than the shortest ready row, which
+    starts it) decodes alone; None keeps every row in the batch, as mlx-lm's ``BatchGenerator``."""
+    if apart is None or not lengths:
+        return [False] * len(lengths)
+    ref = min(lengths) if batch_length is None else batch_length
+    return [abs(n - ref) > apart for n in lengths]
+
+
+def checked_apart(apart):
+    """``apart`` (Engine's ``decode_apart``) if it is None or a whole number of positions >= 0."""
+    if apart is not None and (isinstance(apart, bool) or not isinstance(apart, int) or apart < 0):
+        raise ValueError(f"decode_apart must be a whole number of positions >= 0 (or None), got {apart!r}")
+    return apart

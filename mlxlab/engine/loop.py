@@ -39,6 +39,8 @@ from mlxlab.engine.streams import greedy, thread_stream  # noqa: F401 (re-export
 from mlxlab.engine.batch import (
     DecodeBatch,
     can_pad,
+    checked_apart,
+    decodes_apart,
     evaluating_layers,
     maybe_quantize,
     presize,
@@ -137,6 +139,10 @@ class Engine(OverlapSteps, PlanExecutor):
             length) as one ``mx.compile`` graph (:mod:`mlxlab.engine.compiled`): no Python graph
             building per token, traced once per KV buffer size and shared by the model's engines.
             Greedy output is unchanged.
+        decode_apart: a row ready to decode whose context is more than this many positions longer or
+            shorter than the decode batch's decodes in its own forward (batch 1, as ``generate_step``)
+            instead of joining it (left-padded, masked: :func:`mlxlab.engine.batch.decodes_apart`).
+            None (default): every row joins. Greedy output is unchanged.
         policy_options: keyword options for a policy given by name.
 
     The engine is not thread-safe: call its methods from one thread.
@@ -151,7 +157,8 @@ class Engine(OverlapSteps, PlanExecutor):
                  fuse: Optional[bool] = None, key_align: int = KEY_ALIGN,
                  warmup_tokens: Optional[int] = None, overlap_pace_x: Optional[float] = None,
                  overlap_job_chunks: Optional[int] = None, history_limit: Optional[int] = None,
-                 draft_model=None, compile_decode: bool = False, **policy_options):
+                 draft_model=None, compile_decode: bool = False, decode_apart: Optional[int] = None,
+                 **policy_options):
         vocab_size, max_context = model_limits(model)
         super().__init__(chunk_size=chunk_size, key_align=key_align, stop_tokens=stop_tokens,
                          vocab_size=vocab_size, max_context=max_context, history_limit=history_limit)
@@ -178,7 +185,8 @@ class Engine(OverlapSteps, PlanExecutor):
         self.sampler = sampler or greedy
         self.overlap = overlap
         self.overlap_sync = overlap_sync
-        self._solo: List[SequenceState] = []  # decoding with a quantized KV cache, each in its own forward
+        self.decode_apart = checked_apart(decode_apart)
+        self._solo: List[SequenceState] = []  # each in its own forward: quantized KV, or decode_apart
         self._spec: List[SequenceState] = []  # decoding speculatively, each in its own lane
         self._lanes: Dict[int, DraftLane] = {}  # request id -> its lane, from submit to finish
         self.draft, self._draft_context = check_draft(model, draft_model)
@@ -332,20 +340,24 @@ class Engine(OverlapSteps, PlanExecutor):
         super()._drop_rows(keep)
 
     def _add_rows(self, ready: List[SequenceState]) -> None:
-        """Ready sequences' caches join the batch cache (a quantized-KV or speculative one decodes
-        on its own)."""
+        """Ready sequences' caches join the batch (a quantized-KV, speculative or ``decode_apart`` one
+        decodes alone); each next input: the last prompt token, or the first output (overlap mode)."""
         for s in ready:
             if s.cache is None:  # nothing was prefilled
                 s.cache = make_prompt_cache(self.module)
-            if s.kv is not None:
-                s.solo_input = mx.array([s.req.prompt[-1]], dtype=mx.uint32)
-                self._solo.append(s)
-            elif s.req.id in self._lanes:
-                self._lanes[s.req.id].start(self.draft, s.req.prompt, s.req.output_tokens, self.chunk_size)
-                self._spec.append(s)
+        spec = [s for s in ready if s.kv is None and s.req.id in self._lanes]
         plain = [s for s in ready if s.kv is None and s.req.id not in self._lanes]
+        far = decodes_apart([getattr(s.cache[0], "offset", 0) for s in plain],
+                            self._batch.length if self._decoding else None, self.decode_apart)
+        solo = [s for s in ready if s.kv is not None] + [s for s, f in zip(plain, far) if f]
+        plain = [s for s, f in zip(plain, far) if not f]
+        for s in solo:
+            s.solo_input = mx.array([s.req.output_tokens[-1] if s.issued else s.req.prompt[-1]], dtype=mx.uint32)
+        self._solo += solo
+        for s in spec:
+            self._lanes[s.req.id].start(self.draft, s.req.prompt, s.req.output_tokens, self.chunk_size)
+        self._spec += spec
         if plain:
-            # the next input: the last prompt token, or the first output if it was already sampled (overlap mode)
             inputs = [s.req.output_tokens[-1] if s.issued else s.req.prompt[-1] for s in plain]
             self._batch.join([s.cache for s in plain], mx.array(inputs, dtype=mx.uint32))
             for s in plain:
@@ -408,10 +420,10 @@ class Engine(OverlapSteps, PlanExecutor):
         self._issue([s for _, rows in groups for s in rows], rec)
         self._flush()  # read the previous step's tokens while this one computes
         for tokens, rows in groups:
-            if rows[0].kv is None:
-                self._batch.inputs = tokens
-            else:
+            if any(rows[0] is s for s in self._solo):  # a row of its own (quantized KV, decode_apart)
                 rows[0].solo_input = tokens
+            else:
+                self._batch.inputs = tokens
         self._pending = (groups + speculate(self._spec, self._lanes, self.module, self.draft, rec, self._sample), rec)
         for seq, n in packed:
             if self._book_chunk(seq, n, rec):
