@@ -84,10 +84,18 @@
 # calls at b359155: http qwen2.5-0.5b (345 s wall) and llama-3.2-1b (237 s) after the fix, and the recorded-trace
 # tune on coder-1.5b (562 s: profile 62 s, simulation 32 s, confirmation 238 s, then the sweep's first repeat was
 # cut at 11 of its 12 runs by the call's limit, so the file holds tune without a sweep):
+# 12-06 (#8): four H100 calls at b9b013e (no H200 came), qwen2.5-0.5b, the levers of item 2 below: the preset's
+# scene (h100/serve_http_qwen2.5-0.5b.json, 306 s wall), one-token documents (209 s), slo at 2048/1024/512-token
+# chunks (387 s) and the same with one-token documents (403 s), the last three as h100/http_levers_qwen2.5-0.5b_*.json
+# (written as serve_http_..._SUFFIX, renamed: HTTP_NAME=http_levers_... names them so now). Found: the joins carry
+# ~56% of the chat's p99 excess, chunks are a poor lever; Engine(decode_apart=N) since keeps long rows out of the batch.
+#   0. decode_apart on the GPU (issue 36 item 3): HTTP_MODEL=qwen2.5-0.5b HTTP_POLICIES="slo slo:decode_apart=4096"
+#      HTTP_NAME=http_levers_qwen2.5-0.5b_decode_apart (~390 s, any card: the levers files are H100's, so an H100
+#      call compares best): whether 8-token documents decoding apart give the chat the one-token documents' p99;
 #   1. tune on coder-1.5b recorded, the sweep: TUNE_RESUME=1 T_TUNE=560 calls on an H200 (resume refuses another
 #      card) until it has 3 whole repeats (one repeat ~4 min: 12 settings of 11-50 s, stall_free-256 the slowest;
 #      likely 2 calls); commit the file between calls;
-#   2. the levers on the chat's p99 (issue 36 item 3): HTTP_MODEL=qwen2.5-0.5b
+#   2. (done on an H100 on 12-06, see above) the levers on the chat's p99 (issue 36 item 3): HTTP_MODEL=qwen2.5-0.5b
 #      HTTP_POLICIES="slo slo:chunk_size=1024 slo:chunk_size=512" (~400 s): the chat's ITL p99 over its solo p99
 #      against the documents/min each costs (the target allows 10% below the best); and the same scene with the
 #      documents asking for one token (HTTP_DOC_TOKENS=1 HTTP_SUFFIX=_doc_tokens_1, a call of its own): a
@@ -221,7 +229,7 @@ case "$part" in
     T=120 run $H export-model "$m" --bits 4 --out "$dir"
     T=${T_HTTP:-540} run $H bench http --save --model-dir "$dir" --policies ${HTTP_POLICIES:-slo interleave} --workers 4 \
       --chat-chars 1500 --chat-tokens ${HTTP_CHAT_TOKENS:-100} --doc-chars 16000 --doc-tokens ${HTTP_DOC_TOKENS:-8} --repeats ${HTTP_REPEATS:-2} \
-      --window-s ${HTTP_WINDOW_S:-30} --prefill-step 2048 --name "serve_http_$m${HTTP_SUFFIX:-}" ;;
+      --window-s ${HTTP_WINDOW_S:-30} --prefill-step 2048 --name "${HTTP_NAME:-serve_http_$m${HTTP_SUFFIX:-}}" ;;
   tune)
     m=${TUNE_MODEL:-qwen2.5-coder-1.5b}
     case ${TUNE_TRACE:-recorded} in

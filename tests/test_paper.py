@@ -15,7 +15,7 @@ import pytest
 
 from mlxlab.core.claims import load_claims, verdict
 from mlxlab.core.paths import ROOT
-from mlxlab.paper.context import PaperDataError, ResultsStore
+from mlxlab.paper.context import PaperDataError, ResultsStore, is_history
 from mlxlab.paper.format import fmt, measured_text, span
 from mlxlab.paper.provenance import provenance_rows, rerun_command
 from mlxlab.paper.render import (TEMPLATE, PaperBuildError, build, figure_names, find_chromium, markdown_to_html,
@@ -45,9 +45,10 @@ def test_every_figure_the_paper_references_exists(paper):
     assert names, "the paper shows figures"
     missing = [n for n in names if not (ROOT / "paper" / "figures" / f"{n}.png").exists()]
     assert missing == []
-    # plus one figure per GPU bench http file, named from the file in a loop (like(platform, glob))
+    # plus one figure per GPU bench http file, named from the file in a loop (like(platform, glob)); named
+    # history (serve_http_*_before_*) is counted in the text, not drawn
     gpu = [f for plat in ("h200", "h100") for f in (ROOT / "data" / "results" / plat).glob("serve_http_*.json")
-           if not f.stem.endswith("_partial")]
+           if not f.stem.endswith("_partial") and not is_history(f.name)]
     assert all((ROOT / "paper" / "figures" / f.parent.name / f"{f.stem}.png").exists() for f in gpu)
     # and one per H200 tune file (tune_MODEL_h200)
     tunes = list((ROOT / "data" / "results" / "h200").glob("tune_*.json"))
@@ -421,3 +422,14 @@ def test_verdicts_by_file_lists_each_deciding_file_but_not_named_history(tmp_pat
     assert sorted(got) == [("serve_http_a", "not measured"), ("serve_http_b", "reproduced")]
     assert "data/results/h100/serve_http_b.json" in s.used
     assert s.verdicts_by_file("h200", claim) == []
+
+
+def test_named_history_is_told_apart_by_name_also_when_a_model_name_has_a_dot(tmp_path):
+    """``*_before_*`` files are history (kept to show what a change moved): the GPU http table and the
+    README headline leave them out, while a model name's dot (qwen2.5) is no file suffix."""
+    assert is_history("h100/serve_http_qwen2.5-0.5b_before_handout_fix")
+    assert is_history("serve_http_qwen2.5-0.5b_before_handout_fix.json")
+    assert not is_history("h100/serve_http_qwen2.5-0.5b") and not is_history("contention.json")
+    s = _store(tmp_path, {"h100/serve_http_qwen2.5-0.5b": DOC, "h100/serve_http_qwen2.5-0.5b_before_fix": DOC})
+    md, _ = render_markdown(s, source='{% for f in like("h100", "serve_http_*") | reject("history") %}{{ f }};{% endfor %}')
+    assert md == "h100/serve_http_qwen2.5-0.5b;"

@@ -27,7 +27,8 @@ SKIP_DIRS = ("quick", "notebooks")
 def is_history(name: str) -> bool:
     """Whether a results file (its name or path) is named history: ``*_before_*``, a run kept to
     show what a later change moved, not the current evidence."""
-    return "_before_" in Path(name).stem
+    base = Path(name).name  # not .stem: "h100/serve_http_qwen2.5-0.5b_before_fix" has no suffix to drop
+    return "_before_" in (base[:-5] if base.endswith(".json") else base)
 
 
 class PaperDataError(Exception):

@@ -20,6 +20,7 @@ from pathlib import Path
 from typing import Callable, Dict, List, Optional
 
 from mlxlab.core.paths import ROOT, data_dir
+from mlxlab.paper.context import is_history
 from mlxlab.paper.format import fmt
 
 BEGIN = "<!-- headline: made by `mlxlab paper --readme` from data/results/; do not edit -->"
@@ -36,7 +37,8 @@ def markers(name: str):
 def _files(results: Path, pattern: str) -> List[Path]:
     out = []
     for plat in sorted(p for p in results.iterdir() if p.is_dir()) if results.is_dir() else []:
-        out += sorted(f for f in plat.glob(pattern) if not f.stem.endswith("_partial"))  # a run cut short: not a result
+        out += sorted(f for f in plat.glob(pattern)  # a run cut short, or named history: not the current result
+                      if not f.stem.endswith("_partial") and not is_history(f.name))
     return out
 
 

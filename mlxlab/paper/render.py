@@ -27,7 +27,7 @@ from pathlib import Path
 from typing import Dict, List, Optional, Sequence
 
 from mlxlab.core.paths import ROOT
-from mlxlab.paper.context import Node, PaperDataError, ResultsStore, experiment_claims
+from mlxlab.paper.context import Node, PaperDataError, ResultsStore, experiment_claims, is_history
 from mlxlab.paper.format import filters
 from mlxlab.paper.provenance import provenance_markdown, provenance_rows, rerun_command
 from mlxlab.paper.scorecard import (columns, counts_text, findings, platforms_for, scorecard_markdown, scorecard_rows,
@@ -237,6 +237,7 @@ def render_markdown(store: Optional[ResultsStore] = None, template: Optional[Pat
     env = jinja2.Environment(loader=jinja2.FileSystemLoader(str(template.parent)), undefined=jinja2.StrictUndefined,
                              autoescape=False, keep_trailing_newline=True, trim_blocks=True, lstrip_blocks=True)
     env.filters.update(filters())
+    env.tests["history"] = is_history  # like(...) | reject("history"): the current files only
     helpers = Helpers(store)
     env.globals.update(helpers.globals())
     name = "<source>" if source is not None else template.name
