@@ -91,7 +91,10 @@
 # ~56% of the chat's p99 excess, chunks are a poor lever; Engine(decode_apart=N) since keeps long rows out of the batch.
 #   0. decode_apart on the GPU (issue 36 item 3): HTTP_MODEL=qwen2.5-0.5b HTTP_POLICIES="slo slo:decode_apart=4096"
 #      HTTP_NAME=http_levers_qwen2.5-0.5b_decode_apart (~390 s, any card: the levers files are H100's, so an H100
-#      call compares best): whether 8-token documents decoding apart give the chat the one-token documents' p99;
+#      call compares best): whether 8-token documents decoding apart give the chat the one-token documents' p99.
+#      Tried on 12-06 with the session's last 429 s (HTTP_WINDOW_S=20, at c5c0415): a cold machine's start took
+#      ~90 s, the call was stopped at 339 s and brought back nothing (tr buffered the log; fixed, and files now
+#      reach $OUT as they are written). Give it a call of its own with >= 450 s of device time;
 #   1. tune on coder-1.5b recorded, the sweep: TUNE_RESUME=1 T_TUNE=560 calls on an H200 (resume refuses another
 #      card) until it has 3 whole repeats (one repeat ~4 min: 12 settings of 11-50 s, stall_free-256 the slowest;
 #      likely 2 calls); commit the file between calls;
@@ -142,8 +145,19 @@ MARK=$(mktemp) && touch "$MARK"
 mkdir -p "$(dirname "$LOG")"
 run() {
   echo "== $*" | tee -a "$LOG"
-  timeout "${T:-300}" "$@" 2>&1 | tr '\r' '\n' | grep --line-buffered -v 'it/s\]$' | tee -a "$LOG" | tail -40
+  # sed -u, not tr: tr buffers into a pipe, so a call killed at its limit brought back an empty log (2026-12-06)
+  timeout "${T:-300}" "$@" 2>&1 | sed -u 's/\r/\n/g' | grep --line-buffered -v 'it/s\]$' | tee -a "$LOG" | tail -40
 }
+if [ -n "${OUT:-}" ]; then
+  # what the commands have written so far (a *_partial.json per finished server, a tune file per sweep repeat)
+  # goes to $OUT every 20 s: a call the device tool stops at its limit skips the copy at the end
+  ( while sleep 20; do
+      mkdir -p "$OUT/$PLAT" && [ -d "data/results/$PLAT" ] &&
+        find "data/results/$PLAT" -maxdepth 1 -type f -newer "$MARK" -exec cp {} "$OUT/$PLAT/" \;
+    done ) >/dev/null 2>&1 &  # not on the call's stdout: its last sleep must not hold the output open
+  COPIER=$!
+  trap 'kill $COPIER 2>/dev/null' EXIT
+fi
 # probes run on the mlx bundle (scripts/h200.sh unpacks it the same way for mlxlab commands)
 [ -d .mlxcuda/site/mlx ] || { mkdir -p .mlxcuda/site && tar xJf .mlxcuda/mlx-cuda-sm90.tar.xz -C .mlxcuda/site; }
 PY="env PYTHONPATH=.mlxcuda/site:. MLXLAB_PLATFORM=$PLAT PYTHONUNBUFFERED=1 python3"
