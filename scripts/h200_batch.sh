@@ -63,6 +63,10 @@
 #   soak       issue 41: bench soak on SOAK_MODEL (qwen2.5-coder-1.5b) exported at 4 bits, 8 minutes (one call:
 #              the 10 the issue asks for do not fit beside the export and the end checks), written as
 #              serve_soak_MODEL.json; needs .whl/ as serve (~600 s)
+#   apart      issue 36 item 3: probes/decode_apart_probe.py on APART_MODEL (qwen2.5-0.5b) at 4 bits, in one process:
+#              a chat of 1,500 tokens streaming 256 beside back-to-back 16,000-token documents asking for 8 tokens,
+#              with the documents joining its batch or decoding apart (decode_apart=4096), 5 repeats alternating,
+#              and the chat alone (~150 s, an estimate: no mlx_lm.server in it)
 #   encode     issue 36 item 3: probes/encode_gil_probe.py on qwen2.5-coder-1.5b at 4 bits, 5 repeats: whether
 #              tokenizing posted documents in a worker process (mlxlab serve --tokenizer-processes 1) keeps the
 #              chat's ITL p99 where tokenizing on the event loop does not, on a host with cores to spare (~120 s)
@@ -94,7 +98,8 @@
 #      call compares best): whether 8-token documents decoding apart give the chat the one-token documents' p99.
 #      Tried on 12-06 with the session's last 429 s (HTTP_WINDOW_S=20, at c5c0415): a cold machine's start took
 #      ~90 s, the call was stopped at 339 s and brought back nothing (tr buffered the log; fixed, and files now
-#      reach $OUT as they are written). Give it a call of its own with >= 450 s of device time;
+#      reach $OUT as they are written). Give it a call of its own with >= 450 s of device time; the apart part
+#      (~150 s) measures the same in one process first and needs no mlx_lm.server: run it in the same session;
 #   1. tune on coder-1.5b recorded, the sweep: TUNE_RESUME=1 T_TUNE=560 calls on an H200 (resume refuses another
 #      card) until it has 3 whole repeats (one repeat ~4 min: 12 settings of 11-50 s, stall_free-256 the slowest;
 #      likely 2 calls); commit the file between calls;
@@ -135,7 +140,7 @@
 #   --param "models=[PRESET]" --param bits=4 (cold_repeats now 5), one call per preset.
 set -uo pipefail
 cd "$(dirname "$0")/.."
-part=${1:?give a PART: engine | engine05 | sim | heldout | sched | sched_cudnn | slo | singlereq | rebatch | chunks | decodes | presize | align | limit | exit | contention | oprofile | serve | determinism | compiled | http | tune | disagg2 | encode | soak}
+part=${1:?give a PART: engine | engine05 | sim | heldout | sched | sched_cudnn | slo | singlereq | rebatch | chunks | decodes | presize | align | limit | exit | contention | oprofile | serve | determinism | compiled | http | tune | disagg2 | encode | soak | apart}
 H="bash scripts/h200.sh"
 # the results folder: h200, or MLXLAB_PLATFORM=h100 for a call that got an H100 (the same sm_90 bundle runs there)
 PLAT=${MLXLAB_PLATFORM:-h200}
@@ -258,6 +263,11 @@ case "$part" in
     [ -n "${TUNE_RESUME:-}" ] && more=(--resume "data/results/$PLAT/$nm.json")
     T=$tt run $H tune --save --model "$m" --bits 4 "${tr[@]}" --slo "${TUNE_SLO:-chat.itl_p99<=3x}" \
       --sweep --repeats ${TUNE_REPEATS:-3} --time-budget-s $((tt - 40)) "${more[@]}" --name "$nm" ;;
+  apart)  # issue 36 item 3 in one process: 8-token documents joining the chat's batch or decoding apart
+    am=${APART_MODEL:-qwen2.5-0.5b}
+    T=${T_APART:-400} run $PY -m probes.decode_apart_probe --model "$am" --bits 4 --doc-tokens 16000 \
+      --chat-context 1500 --chat-tokens 256 --apart none,4096 --repeats ${APART_REPEATS:-5} \
+      --name "decode_apart_probe_$am" ;;
   soak)
     m=${SOAK_MODEL:-qwen2.5-coder-1.5b}
     dir=$(mktemp -d)/$m-4bit
