@@ -4,5 +4,8 @@ on the same model object) and how it compares with ``mlx_lm.server`` (``mlxlab b
 for a while under faults (``mlxlab bench soak``, ``soak``: ``serve_soak``)."""
 from mlxlab.studies.base import Study
 
-STUDY = Study("serving", "The HTTP path", ("serve_overhead", "serve_http", "serve_soak"), paper="10. The engine against mlx-lm",
+# http_levers_*: bench http runs of one preset's scene that move one lever (the documents' tokens, chunk sizes),
+# kept apart from the preset files (serve_http_*) that the table and README headline show
+STUDY = Study("serving", "The HTTP path", ("serve_overhead", "serve_http", "serve_soak", "http_levers"),
+              paper="10. The engine against mlx-lm",
               command="mlxlab bench serve", decide="mlxlab.studies.serving.run:decide_stored")
