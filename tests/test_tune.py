@@ -118,7 +118,7 @@ def _full_summary(chat_itl_p99, batch_ttft_p50):
     return out
 
 
-def test_a_sweep_stops_at_its_time_budget_and_resume_runs_only_the_missing_repeats(monkeypatch):
+def test_a_sweep_stops_at_its_time_budget_and_resume_runs_only_the_missing_runs(monkeypatch):
     import time
 
     import mlxlab.core.runner as runner
@@ -139,17 +139,20 @@ def test_a_sweep_stops_at_its_time_budget_and_resume_runs_only_the_missing_repea
     doc = {"slos": ["chat.itl_p99<=3x"], "solo": {"chat": _full_summary(0.01, 0.5)}, "tenants": ["batch", "chat"],
            "objective": "batch.ttft_p50", "grid": grid, "choice": {"label": "a"}, "wall_s": {"total": 10.0},
            "trace": {"requests": 0, "format": "mlxlab"}}
-    # a deadline already past: the first repeat runs (nothing says how long one takes), then it stops
+    # a deadline already past: the first run runs (nothing says how long one takes), then it stops mid-repeat
     cut = sweep(None, [], doc, repeats=3, progress=False, say=lambda s: None, deadline=time.perf_counter(),
-                on_repeat=saved.append)
-    assert calls == ["a", "b"] and cut["repeats"] == 1 and cut["repeats_planned"] == 3 and "1 of 3" in cut["stopped"]
-    assert [b["repeats"] for b in saved] == [1] and len(cut["runs"]["a"]) == 1  # progress saved after each repeat
-    assert all(v["verdict"] == "not measured" for v in tune_verdicts({**doc, "sweep": cut}))
-    # resumed: the stored repeat is kept, the rotation goes on (b first in repeat 2), progress saved after repeat 2
-    calls.clear()
-    whole = sweep(None, [], {**doc, "sweep": cut}, repeats=3, progress=False, say=lambda s: None, on_repeat=saved.append)
-    assert calls == ["b", "a", "a", "b"] and whole["repeats"] == 3 and "stopped" not in whole
-    assert [b["repeats"] for b in saved] == [1, 2] and len(whole["runs"]["b"]) == 3
+                on_progress=saved.append)
+    assert calls == ["a"] and cut["repeats"] == 0 and cut["repeats_planned"] == 3 and "at 1 of 6 runs" in cut["stopped"]
+    assert cut["runs"] == {"a": [cut["runs"]["a"][0]], "b": []} and len(cut["run_wall_s"]["a"]) == 1
+    assert cut["rows"] == [] and all(v["verdict"] == "not measured" for v in tune_verdicts({**doc, "sweep": cut}))
+    # resumed: a's run is kept and only b runs in repeat 1, then the rotation goes on (b first in repeat 2);
+    # progress is saved after every run but the last
+    whole = sweep(None, [], {**doc, "sweep": cut}, repeats=3, progress=False, say=lambda s: None,
+                  on_progress=saved.append)
+    assert calls == ["a", "b", "b", "a", "a", "b"] and whole["repeats"] == 3 and "stopped" not in whole
+    assert [sum(map(len, b["runs"].values())) for b in saved] == [1, 2, 3, 4, 5] and len(whole["runs"]["b"]) == 3
+    assert [b["repeats"] for b in saved] == [0, 1, 1, 2, 2] and len(whole["repeat_wall_s"]) == 3
+    assert whole["wall_s"] == pytest.approx(sum(whole["run_wall_s"]["a"]) + sum(whole["run_wall_s"]["b"]))
     assert [r["label"] for r in whole["rows"]] == ["a", "b"] and whole["rows"][0]["objective_s"] == 0.5
     # speed: tune's 10 s against a sweep cut to 2 of 5 repeats in 40 s compares 100 s, not 40
     two = {**whole, "repeats": 2, "repeats_planned": 5, "repeat_wall_s": [20.0, 20.0], "wall_s": 40.0}

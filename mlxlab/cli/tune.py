@@ -61,12 +61,12 @@ def register(sub: argparse._SubParsersAction) -> None:
                     help="also run every grid setting on the engine (the exhaustive sweep) and decide the regret, "
                          "rank and speed claims")
     tp.add_argument("--time-budget-s", type=positive_float, default=None, metavar="S",
-                    help="--sweep's wall-time budget for the whole command: after its first repeat the sweep starts "
-                         "another only where the slowest so far still fits (the results say where it stopped; "
+                    help="--sweep's wall-time budget for the whole command: after its first run the sweep starts "
+                         "another only where the slowest run so far still fits (the results say where it stopped; "
                          "--resume runs the rest)")
     tp.add_argument("--resume", default=None, metavar="TUNE_JSON",
                     help="go on with a saved tune file's exhaustive sweep (the same model, trace and SLOs as its run, "
-                         "on the same device): its whole repeats are kept, the missing ones up to --repeats run, and "
+                         "on the same device): its runs are kept, the missing ones up to --repeats repeats run, and "
                          "the file is rewritten in place; tune itself is not run again")
     tp.add_argument("--seed", type=int, default=0, help="the workload's and the replayed prompts' seed")
     add_cluster_argument(tp, "the simulated grid's points (the profile and the engine runs stay here)")
@@ -132,7 +132,7 @@ def _parameters(args) -> dict:
 
 
 def _resume(args, slos, t_start: float) -> int:
-    """``--resume FILE``: the stored tune's sweep, on from its whole repeats, written back in place."""
+    """``--resume FILE``: the stored tune's sweep, on from its stored runs, written back in place."""
     import json
 
     from mlxlab.core.results import environment_block, platform_of, save_results
@@ -173,7 +173,7 @@ def _resume(args, slos, t_start: float) -> int:
         doc["sweep"] = {**block, "calls": calls + [env]}
         write()
 
-    keep(sweep(model, arrivals, doc, repeats=args.repeats, say=say, deadline=deadline, on_repeat=keep))
+    keep(sweep(model, arrivals, doc, repeats=args.repeats, say=say, deadline=deadline, on_progress=keep))
     _figure(doc, path.stem, plat, None if args.save else path.parent)
     for v in tune_verdicts(doc):
         print(f"[{v['verdict']}] {v['claim']}")
@@ -232,10 +232,10 @@ def cli_tune(args: argparse.Namespace) -> int:
     write = lambda: save_results(args.name, doc, platform=plat, folder=folder, parameters=params,  # noqa: E731
                                  verdicts=tune_verdicts(doc) if args.sweep else None)
     if args.sweep:
-        write()  # tune's own results first: a sweep cut by a time limit keeps them and its whole repeats
+        write()  # tune's own results first: a sweep cut by a time limit keeps them and its finished runs
         deadline = t_start + args.time_budget_s if args.time_budget_s else None
         doc["sweep"] = sweep(model, arrivals, doc, repeats=args.repeats, say=say, deadline=deadline,
-                             on_repeat=lambda block: (doc.__setitem__("sweep", block), write()))
+                             on_progress=lambda block: (doc.__setitem__("sweep", block), write()))
     path = write()
     ch = doc["choice"]
     print(f"[tune] choice: {ch['label']} ({'meets every SLO' if ch['meets'] else 'meets no SLO set: ' + str(ch['binding'])})"

@@ -323,60 +323,71 @@ def serve_settings(path: str) -> dict:
 
 def sweep(model, arrivals: list, doc: dict, *, repeats: int = 3, progress: bool = True,
           say: Callable[[str], None] = print, deadline: Optional[float] = None,
-          on_repeat: Optional[Callable[[dict], None]] = None) -> dict:
+          on_progress: Optional[Callable[[dict], None]] = None) -> dict:
     """The exhaustive engine sweep of ``doc``'s grid on the same trace (``mlxlab tune --sweep``):
     every setting ``repeats`` times, repeats outermost and order rotating, scored against the same
     SLOs (the solo figures tune measured) and objective. A ``doc`` that already holds a sweep block
-    (``mlxlab tune --resume``) goes on from its whole repeats: their runs are kept, the rotation
-    continues, and only the missing repeats run. ``deadline`` (a ``time.perf_counter()`` value):
-    start a repeat only where the slowest repeat so far (this call's or a stored one's) still fits
-    before it; the block then says ``stopped``. ``on_repeat``: called with the block after each
-    whole repeat (to save progress a time limit could otherwise take). Returns the ``sweep`` block
-    of tune.json."""
+    (``mlxlab tune --resume``) goes on from its stored runs, a repeat's finished settings too: only
+    the missing runs run, in the rotation's order. ``deadline`` (a ``time.perf_counter()`` value):
+    start a run only where the slowest run so far (this call's or a stored one's) still fits before
+    it; the block then says ``stopped``. ``on_progress``: called with the block after each run but
+    the last (to save progress a time limit could otherwise take: a call of the device tool cut in
+    the middle of a repeat loses one run, not the repeat). Returns the ``sweep`` block of tune.json."""
     from mlxlab.core.runner import run_workload
 
     grid = [{k: r[k] for k in ("label", "policy", "chunk_size", "options")} for r in doc["grid"]]
     prior = doc.get("sweep") or {}
-    stored = prior.get("runs") or {}
-    done = min((len(stored.get(s["label"], [])) for s in grid), default=0)
-    runs: Dict[str, List[dict]] = {s["label"]: list(stored.get(s["label"], []))[:done] for s in grid}
-    took = list(prior.get("repeat_wall_s") or [])[:done]
-    if done:
-        say(f"[tune] sweep: {done} whole repeat(s) stored; running repeats {done + 1}-{repeats}")
-    bar = _bar(max(repeats - done, 0) * len(grid), "tune: exhaustive engine sweep") if progress else None
+    stored, walls = prior.get("runs") or {}, prior.get("run_wall_s") or {}
+    runs: Dict[str, List[dict]] = {s["label"]: list(stored.get(s["label"], [])) for s in grid}
+    # each run's wall time (setup included); a file from before they were stored: its repeats' shares
+    took = {s["label"]: list(walls.get(s["label"]) or _shares(prior, len(runs[s["label"]]), len(grid))) for s in grid}
+    done = min((len(v) for v in runs.values()), default=0)
+    left = [(r, s) for r in range(done, repeats) for s in grid[r % len(grid):] + grid[:r % len(grid)]
+            if len(runs[s["label"]]) <= r]
+    if any(runs.values()):
+        say(f"[tune] sweep: {sum(map(len, runs.values()))} runs stored ({done} whole repeat(s)); {len(left)} to run")
+    bar = _bar(len(left), "tune: exhaustive engine sweep") if progress else None
     stopped = None
-    for r in range(done, repeats):
-        if deadline is not None and took and time.perf_counter() + max(took) > deadline:
-            stopped = (f"after {r} of {repeats} repeats: another ({max(took):.0f} s, the slowest so far) would have "
-                       f"run past the time budget; `mlxlab tune --resume` runs the rest")
+    for i, (r, s) in enumerate(left):
+        slowest = max((w for v in took.values() for w in v), default=None)
+        if deadline is not None and slowest is not None and time.perf_counter() + slowest > deadline:
+            stopped = (f"at {sum(map(len, runs.values()))} of {len(grid) * repeats} runs: another ({slowest:.0f} s, "
+                       f"the slowest so far) would have run past the time budget; `mlxlab tune --resume` runs the rest")
             say(f"[tune] sweep stopped {stopped}")
             break
-        t_rep = time.perf_counter()
-        for s in grid[r % len(grid):] + grid[:r % len(grid)]:
-            _fresh()
-            runs[s["label"]].append(run_workload(_engine(model, s), _workload(arrivals)).summary)
-            if bar is not None:
-                bar.update(1)
-        took.append(time.perf_counter() - t_rep)
-        if on_repeat is not None and r + 1 < repeats:
-            on_repeat(sweep_block(doc, grid, runs, took, repeats))
+        t_run = time.perf_counter()
+        _fresh()
+        runs[s["label"]].append(run_workload(_engine(model, s), _workload(arrivals)).summary)
+        took[s["label"]].append(time.perf_counter() - t_run)
+        if bar is not None:
+            bar.update(1)
+        if on_progress is not None and i + 1 < len(left):
+            on_progress(sweep_block(doc, grid, runs, took, repeats))
     if bar is not None:
         bar.close()
     out = sweep_block(doc, grid, runs, took, repeats, stopped)
-    say(f"[tune] sweep: {len(grid)} settings x {out['repeats']} repeats on the engine in {out['wall_s']:.1f} s")
+    say(f"[tune] sweep: {len(grid)} settings x {out['repeats']} whole repeats on the engine in {out['wall_s']:.1f} s")
     return out
 
 
-def sweep_block(doc: dict, grid: List[dict], runs: Dict[str, List[dict]], took: List[float], planned: int,
+def _shares(prior: dict, n: int, settings: int) -> List[float]:
+    """A stored run's wall time where the file kept only its repeats' (before ``run_wall_s``): each
+    repeat's time spread evenly over its settings."""
+    reps = list(prior.get("repeat_wall_s") or [])[:n]
+    return [w / max(settings, 1) for w in reps] if len(reps) == n else []
+
+
+def sweep_block(doc: dict, grid: List[dict], runs: Dict[str, List[dict]], took: Dict[str, List[float]], planned: int,
                 stopped: Optional[str] = None) -> dict:
     """The ``sweep`` block from the sweep's runs so far: each setting's medians and ranges over its
-    whole repeats, scored against ``doc``'s SLOs, solo figures and objective; the runs themselves
-    (for ``--resume``) and the wall time of each whole repeat."""
+    whole repeats, scored against ``doc``'s SLOs, solo figures and objective; every run and its
+    wall time (for ``--resume``, a repeat's finished settings too) and each whole repeat's wall time
+    (the sum of its runs')."""
     from mlxlab.studies.tune.slo import parse_slo
 
     slos = [parse_slo(s) for s in doc["slos"]]
     solos, tenants, objective = doc["solo"], doc["tenants"], doc["objective"]
-    done = len(took)
+    done = min((len(runs[s["label"]]) for s in grid), default=0)
     rows = []
     for s in grid:
         mine = runs[s["label"]][:done]
@@ -388,8 +399,10 @@ def sweep_block(doc: dict, grid: List[dict], runs: Dict[str, List[dict]], took: 
         rows.append({**s, "checks": checks, "slo_ratio": worst_ratio(checks), "meets": all(c["met"] for c in checks),
                      "meets_worst": all(c["met"] for c in worst), "objective_s": statistics.median(objs),
                      "objective_range_s": [min(objs), max(objs)]})
-    out = {"rows": rows, "repeats": done, "repeats_planned": planned, "wall_s": sum(took), "repeat_wall_s": took,
-           "runs": {k: v[:done] for k, v in runs.items()}}
+    per_repeat = [sum(took[s["label"]][r] for s in grid if r < len(took[s["label"]])) for r in range(done)]
+    out = {"rows": rows, "repeats": done, "repeats_planned": planned, "wall_s": sum(per_repeat),
+           "repeat_wall_s": per_repeat, "runs": {k: list(v) for k, v in runs.items()},
+           "run_wall_s": {k: list(v) for k, v in took.items()}}
     if done < planned:
         out["stopped"] = stopped or f"after {done} of {planned} repeats"
     return out
