@@ -225,13 +225,22 @@ def test_mlxlab_tune_on_a_trace_ends_with_a_choice_a_serve_line_and_its_files(tm
                            env=env, cwd=tmp_path)
     assert again.returncode == 0 and "profile from the cache" in again.stdout  # the second run reuses the profile
     # the exhaustive sweep of the first run's grid, run later on the stored file: two repeats, verdicts, in place
+    # first cut by a budget after its first run (its verdicts: not measured), then resumed to the end: the
+    # file's verdicts are decided again from the whole sweep, not kept from the cut call's file
     first = cmd[:cmd.index("--top-k")]
+    cut = subprocess.run(first + ["--top-k", "1", "--time-budget-s", "0.001", "--resume", str(path)],
+                         capture_output=True, text=True, timeout=600, env=env, cwd=tmp_path)
+    assert cut.returncode == 0, cut.stderr[-3000:]
+    doc = json.loads(path.read_text())
+    assert doc["sweep"]["repeats"] == 0 and sum(map(len, doc["sweep"]["runs"].values())) == 1
+    assert {v["verdict"] for v in doc["verdicts"]} == {"not measured"}
     swept = subprocess.run(first + ["--top-k", "1", "--resume", str(path)], capture_output=True, text=True, timeout=600,
                            env=env, cwd=tmp_path)
     assert swept.returncode == 0, swept.stderr[-3000:]
     doc = json.loads(path.read_text())
     assert doc["sweep"]["repeats"] == 2 and len(doc["sweep"]["rows"]) == len(doc["grid"])
-    assert len(doc["sweep"]["calls"]) == 2 and {v["claim"] for v in doc["verdicts"]} >= {"mlx-tune-regret"}
+    assert len(doc["sweep"]["calls"]) == 3 and {v["claim"] for v in doc["verdicts"]} >= {"mlx-tune-regret"}
+    assert not any("whole repeat(s) of" in v["rule"] for v in doc["verdicts"])
 
 
 @pytest.mark.parametrize("top_s, log", [(16.0, True), (1.0, False)])

@@ -147,6 +147,7 @@ def _resume(args, slos, t_start: float) -> int:
         raise ValueError(f"--resume {path}: not a readable tune results file ({e})") from None
     if not isinstance(doc, dict) or not {"grid", "solo", "choice", "parameters"} <= set(doc):
         raise ValueError(f"--resume {path}: not a tune results file (no grid, solo figures or choice in it)")
+    doc.pop("verdicts", None)  # decided again from the sweep below: a stored payload key would win over them
     mine = _parameters(args)
     differ = [k for k in _SAME if doc["parameters"].get(k) != mine.get(k)]
     if differ:
