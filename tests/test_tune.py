@@ -257,3 +257,26 @@ def test_the_tune_figure_puts_objectives_spanning_orders_of_magnitude_on_a_log_a
               if layer.get("encoding", {}).get("y", {}).get("field") == "y"]
     assert scales and all((s.get("type") == "log") == log for s in scales)
     assert all(s["domain"][0] > 0 for s in scales) if log else all(s["domain"][0] == 0 for s in scales)
+
+
+def test_rescore_draws_a_stored_tune_files_figure_named_by_its_platform(tmp_path, monkeypatch, capsys):
+    """A GPU machine has no altair, so its tune files come back without their figure: `mlxlab rescore
+    --figure` draws it here from the stored file, as NAME_PLATFORM; a study without a chart says so."""
+    import shutil
+
+    import mlxlab.studies.sim_validation.charts as charts
+    from mlxlab.cli import main
+
+    monkeypatch.setattr("mlxlab.cli.reexec_with_fast_blas", lambda: None)
+    monkeypatch.setattr(charts, "FIGURES", tmp_path / "figures")
+    (tmp_path / "h100").mkdir()
+    p = tmp_path / "h100" / "tune_small.json"
+    shutil.copy(ROOT / "data" / "results" / "cpu" / "tune.json", p)
+    assert main(["rescore", "--figure", str(p)]) == 0
+    assert (tmp_path / "figures" / "tune_small_h100.png").stat().st_size > 1000
+    assert "mlx-tune-regret" in capsys.readouterr().out
+    (tmp_path / "cpu").mkdir()
+    q = tmp_path / "cpu" / "admission_gate.json"
+    shutil.copy(ROOT / "data" / "results" / "cpu" / "admission_gate.json", q)
+    assert main(["rescore", "--figure", str(q)]) == 2
+    assert "draws no figure from a stored file" in capsys.readouterr().err

@@ -75,6 +75,9 @@ def register(sub: argparse._SubParsersAction) -> None:
                                     "(mlxlab.studies.study_for), nothing is run, no measurement changes, and each "
                                     "file is marked rescored_by this commit. Every study rescores this one way.")
     ra.add_argument("files", nargs="+", type=Path, metavar="JSON")
+    ra.add_argument("--figure", action="store_true",
+                    help="also draw each file's study figure from it into paper/figures/ as NAME_PLATFORM (.svg, .png): "
+                         "for results made where altair is missing, such as a GPU machine's tune files")
     ra.set_defaults(func=cli_rescore)
 
     rs = sub.add_parser("rescore-warmup", help="decide a saved notebook-04 result's verdicts again, in place",
@@ -176,24 +179,46 @@ def cli_campaign(args: argparse.Namespace) -> int:
     return 0
 
 
-def rescore_files(files, study=None, what: str = "rescore") -> int:
+def rescore_files(files, study=None, what: str = "rescore", figure: bool = False) -> int:
     """Rescore each file in place with its study's rules (``study``: that one for all of them,
     else :func:`mlxlab.studies.study_for` each); one line per file. Exit 2 at the first file that
-    is missing, of no study, or not the study's result, which is left as it was."""
+    is missing, of no study, or not the study's result, which is left as it was. ``figure``: also
+    draw the study's figure from each rescored file into the paper's figures as NAME_PLATFORM."""
     from mlxlab.studies import study_for  # no MLX
 
     for p in files:
         try:
-            doc = (study or study_for(p)).rescore(p)
+            st = study or study_for(p)
+            doc = st.rescore(p)
         except (OSError, ValueError, KeyError) as e:
             print(f"mlxlab {what}: {e}", file=sys.stderr)
             return 2
         print(f"{p}: " + "; ".join(f"{v['claim']} {v['verdict']}" for v in doc["verdicts"]))
+        if figure and _draw(st, p, doc) is None:
+            print(f"mlxlab {what}: {st.name} draws no figure from a stored file", file=sys.stderr)
+            return 2
     return 0
 
 
+def _draw(study, path, doc):
+    """``study``'s figure of ``doc`` written as paper/figures/STEM_PLATFORM.{svg,png}; the paths, or
+    None for a study without a chart."""
+    from mlxlab.core.results import platform_of
+    from mlxlab.notebook.plots import save_figure
+    from mlxlab.studies.sim_validation.charts import FIGURES
+
+    plat = platform_of(path)
+    chart = study.chart(doc, plat)
+    if chart is None:
+        return None
+    paths = save_figure(chart, f"{Path(path).stem}_{plat}", FIGURES)
+    for f in paths:
+        print(f"figure {f}")
+    return paths
+
+
 def cli_rescore(args: argparse.Namespace) -> int:
-    return rescore_files(args.files)
+    return rescore_files(args.files, figure=args.figure)
 
 
 def cli_rescore_warmup(args: argparse.Namespace) -> int:

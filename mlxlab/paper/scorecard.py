@@ -46,9 +46,11 @@ def platforms_for(store: ResultsStore, claim_id: str) -> List[str]:
 
 
 def column_title(platform: str) -> str:
+    """The column's heading: the named platforms' own, a simulation's, else the folder's name as a
+    measured platform (``h100`` -> ``H100 (measured)``)."""
     if platform.startswith(SIMULATED):
         return f"{SIM_TITLE}: {platform}"
-    return PLATFORMS.get(platform, platform)
+    return PLATFORMS.get(platform) or f"{platform.upper()} (measured)"
 
 
 def simulated(rec: Dict) -> bool:

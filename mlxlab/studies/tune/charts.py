@@ -22,7 +22,7 @@ def _ms(v) -> float:
     return float("nan") if v is None or not math.isfinite(v) else 1e3 * v
 
 
-def tune_chart(doc: Mapping) -> alt.LayerChart:
+def tune_chart(doc: Mapping, platform: str = "") -> alt.LayerChart:
     sim = pd.DataFrame([{"label": r["label"], "x": r["slo_ratio"], "y": _ms(r["objective_s"]),
                          "policy": r["policy"], "frontier": r["label"] in doc.get("frontier", [])}
                         for r in doc.get("grid", []) if math.isfinite(r["slo_ratio"])])
@@ -32,10 +32,16 @@ def tune_chart(doc: Mapping) -> alt.LayerChart:
                           "sx": next((g["slo_ratio"] for g in doc.get("grid", []) if g["label"] == r["label"]), None),
                           "sy": _ms(r.get("sim_objective_s"))}
                          for r in doc.get("confirmed", []) if math.isfinite(r["slo_ratio"])])
+    simmed = {r["label"]: r for r in doc.get("grid", [])}
+    swept = pd.DataFrame([{"label": r["label"], "x": r["slo_ratio"], "y": _ms(r["objective_s"]), "policy": r["policy"],
+                           "sx": simmed[r["label"]]["slo_ratio"], "sy": _ms(simmed[r["label"]]["objective_s"])}
+                          for r in (doc.get("sweep") or {}).get("rows", [])
+                          if math.isfinite(r["slo_ratio"]) and r["label"] in simmed])
     if sim.empty and conf.empty:
         raise ValueError("nothing to draw: no setting has a finite SLO ratio")
-    xs = [v for v in list(sim.get("x", [])) + list(conf.get("x", [])) + [1.0] if v > 0]
-    ys = [v for v in list(sim.get("y", [])) + list(conf.get("lo", [])) + list(conf.get("hi", [])) if math.isfinite(v)]
+    xs = [v for v in list(sim.get("x", [])) + list(conf.get("x", [])) + list(swept.get("x", [])) + [1.0] if v > 0]
+    ys = [v for v in list(sim.get("y", [])) + list(conf.get("lo", [])) + list(conf.get("hi", []))
+          + list(swept.get("y", [])) if math.isfinite(v)]
     xdom = [min(xs) / 1.5, max(xs) * 1.5]  # ratios span orders of magnitude: a log axis
     # objectives can also span orders of magnitude (the H200's tune: 0.2 s to 16 s), which on a linear
     # axis piles the useful settings onto the floor: log past a 30x spread
@@ -57,6 +63,11 @@ def tune_chart(doc: Mapping) -> alt.LayerChart:
         layers.append(alt.Chart(front).mark_line(color="#999", strokeDash=[2, 2]).encode(x=x, y=y))
         layers.append(alt.Chart(sim).mark_point(filled=False, size=60).encode(
             x=x, y=y, color=color, tooltip=["label", alt.Tooltip("x:Q", format=".2f"), alt.Tooltip("y:Q", format=".1f")]))
+    if not swept.empty:  # the exhaustive sweep's medians: where the simulator put each setting, and where it ran
+        tip = ["label", alt.Tooltip("x:Q", format=".2f"), alt.Tooltip("y:Q", format=".1f")]
+        layers.append(alt.Chart(swept).mark_rule(opacity=0.25, strokeDash=[1, 2]).encode(
+            x="sx:Q", y="sy:Q", x2="x:Q", y2="y:Q", color=color))
+        layers.append(alt.Chart(swept).mark_square(size=40, opacity=0.7).encode(x=x, y=y, color=color, tooltip=tip))
     if not conf.empty:
         links = conf.dropna(subset=["sx", "sy"])
         if not links.empty:
@@ -79,7 +90,9 @@ def tune_chart(doc: Mapping) -> alt.LayerChart:
     title = alt.TitleParams(
         f"Tuning for this trace: choice {ch.get('label')}" + ("" if ch.get("meets") else " (misses an SLO)"),
         subtitle=[f"SLOs {', '.join(doc.get('slos', []))}; hollow: simulated, filled: measured (bars: repeats)",
-                  "dashed grey: the simulated Pareto frontier; ringed: the choice"])
+                  "dashed grey: the simulated Pareto frontier; ringed: the choice"]
+        + ([f"squares: the exhaustive sweep's medians ({doc['sweep'].get('repeats')} repeats), dotted from the simulation"]
+           if not swept.empty else []))
     return alt.layer(*layers).properties(width=460, height=320, title=title)
 
 
