@@ -93,7 +93,13 @@
 # chunks (387 s) and the same with one-token documents (403 s), the last three as h100/http_levers_qwen2.5-0.5b_*.json
 # (written as serve_http_..._SUFFIX, renamed: HTTP_NAME=http_levers_... names them so now). Found: the joins carry
 # ~56% of the chat's p99 excess, chunks are a poor lever; Engine(decode_apart=N) since keeps long rows out of the batch.
-#   0. decode_apart on the GPU (issue 36 item 3): HTTP_MODEL=qwen2.5-0.5b HTTP_POLICIES="slo slo:decode_apart=4096"
+# 12-06 (#9): four H100 calls at f0313ad (no H200 came; 1,570 s held): tune coder-1.5b recorded, fresh (503 s wall:
+# profile 116 s, simulation 31 s, confirmation 133 s, then 15 of the sweep's 36 runs), its resume (351 s: the other
+# 21 runs, then the apart probe, 20 s of runs), tune llama-3.2-1b recorded, fresh (500 s: tune 167 s, 25 runs) and
+# its resume (148 s: 11 runs): h100/tune_{qwen2.5-coder-1.5b,llama-3.2-1b}.json with whole sweeps and
+# h100/decode_apart_probe_qwen2.5-0.5b.json. The sweep now saves after every run and resumes mid-repeat.
+#   0. (done in one process on an H100 on 12-06 #9: joined 13.0 ms, apart 13.1 ms, no effect; the HTTP variant is
+#      left: it would only say whether the server's extra lies elsewhere) decode_apart on the GPU (issue 36 item 3): HTTP_MODEL=qwen2.5-0.5b HTTP_POLICIES="slo slo:decode_apart=4096"
 #      HTTP_NAME=http_levers_qwen2.5-0.5b_decode_apart (~390 s, any card: the levers files are H100's, so an H100
 #      call compares best): whether 8-token documents decoding apart give the chat the one-token documents' p99.
 #      Tried on 12-06 with the session's last 429 s (HTTP_WINDOW_S=20, at c5c0415): a cold machine's start took
@@ -101,8 +107,13 @@
 #      reach $OUT as they are written). Give it a call of its own with >= 450 s of device time; the apart part
 #      (~150 s) measures the same in one process first and needs no mlx_lm.server: run it in the same session;
 #   1. tune on coder-1.5b recorded, the sweep: TUNE_RESUME=1 T_TUNE=560 calls on an H200 (resume refuses another
-#      card) until it has 3 whole repeats (one repeat ~4 min: 12 settings of 11-50 s, stall_free-256 the slowest;
-#      likely 2 calls); commit the file between calls;
+#      card) until it has 3 whole repeats (36 runs of 10-35 s on an H100; ~23 runs fit a 560 s call: 2 calls);
+#      commit the file between calls. The tune part resumes by itself where the platform's file exists (TUNE_FRESH=1
+#      runs tune anew), so one command serves an H200 (resume) and an H100 (a fresh tune there, or its resume). Also on the H200:
+#      llama-3.2-1b recorded (fresh ~500 s + resume ~150 s, as on the H100);
+#   1b. the rank claim's cause on the GPU (tune's stall_free and slo runs far slower than simulated, cuDNN graph
+#      builds per new attention shape): a probe of a packed stall_free step's cost with cuDNN attention on and
+#      off, a new shape against a repeated one, before changing the profile or the engine;
 #   2. (done on an H100 on 12-06, see above) the levers on the chat's p99 (issue 36 item 3): HTTP_MODEL=qwen2.5-0.5b
 #      HTTP_POLICIES="slo slo:chunk_size=1024 slo:chunk_size=512" (~400 s): the chat's ITL p99 over its solo p99
 #      against the documents/min each costs (the target allows 10% below the best); and the same scene with the
@@ -259,8 +270,10 @@ case "$part" in
       *) echo "TUNE_TRACE is recorded or azure" >&2; exit 2 ;;
     esac
     tt=${T_TUNE:-570}
-    more=()  # TUNE_RESUME=1: go on with the committed file's sweep (same device kind: the file names its card)
-    [ -n "${TUNE_RESUME:-}" ] && more=(--resume "data/results/$PLAT/$nm.json")
+    more=()  # the platform's committed file, if any: go on with its sweep (same card kind: the file names its card);
+    # TUNE_FRESH=1 runs tune again over it
+    { [ -n "${TUNE_RESUME:-}" ] || { [ -z "${TUNE_FRESH:-}" ] && [ -f "data/results/$PLAT/$nm.json" ]; }; } &&
+      more=(--resume "data/results/$PLAT/$nm.json")
     T=$tt run $H tune --save --model "$m" --bits 4 "${tr[@]}" --slo "${TUNE_SLO:-chat.itl_p99<=3x}" \
       --sweep --repeats ${TUNE_REPEATS:-3} --time-budget-s $((tt - 40)) "${more[@]}" --name "$nm" ;;
   apart)  # issue 36 item 3 in one process: 8-token documents joining the chat's batch or decoding apart
