@@ -106,14 +106,17 @@
 #      ~90 s, the call was stopped at 339 s and brought back nothing (tr buffered the log; fixed, and files now
 #      reach $OUT as they are written). Give it a call of its own with >= 450 s of device time; the apart part
 #      (~150 s) measures the same in one process first and needs no mlx_lm.server: run it in the same session;
-#   1. tune on coder-1.5b recorded, the sweep: TUNE_RESUME=1 T_TUNE=560 calls on an H200 (resume refuses another
-#      card) until it has 3 whole repeats (36 runs of 10-35 s on an H100; ~23 runs fit a 560 s call: 2 calls);
-#      commit the file between calls. The tune part resumes by itself where the platform's file exists (TUNE_FRESH=1
+#   1. tune on coder-1.5b recorded with its sweep, FRESH (TUNE_FRESH=1 in the first call, T_TUNE=560): since 12-06 #9
+#      tune's grid runs stall_free unpacked on CUDA with cuDNN on (mlxlab.engine.fused.packs_well), the fix for the
+#      rank claim that the H100 files (packed stall_free, tau 0.29-0.57 on the SLO ratio) measured before it; the
+#      committed H200 file has the old grid. Then resume calls (no TUNE_FRESH) until 3 whole repeats (36 runs of
+#      10-35 s on an H100; ~23 runs fit a 560 s call): ~3 calls; commit the file between calls. On an H100 the same
+#      with the H100 file first renamed to named history (tune_MODEL_before_unpacked.json). The tune part resumes by itself where the platform's file exists (TUNE_FRESH=1
 #      runs tune anew), so one command serves an H200 (resume) and an H100 (a fresh tune there, or its resume). Also on the H200:
 #      llama-3.2-1b recorded (fresh ~500 s + resume ~150 s, as on the H100);
-#   1b. the rank claim's cause on the GPU (tune's stall_free and slo runs far slower than simulated, cuDNN graph
-#      builds per new attention shape): a probe of a packed stall_free step's cost with cuDNN attention on and
-#      off, a new shape against a repeated one, before changing the profile or the engine;
+#   1b. why a packed step is slow with cuDNN attention (probably a cuDNN graph built per new attention shape): a
+#      probe of a packed stall_free step with cuDNN attention on and off, a new shape against a repeated one; if
+#      the packed path can avoid it, packs_well can say yes again on CUDA;
 #   2. (done on an H100 on 12-06, see above) the levers on the chat's p99 (issue 36 item 3): HTTP_MODEL=qwen2.5-0.5b
 #      HTTP_POLICIES="slo slo:chunk_size=1024 slo:chunk_size=512" (~400 s): the chat's ITL p99 over its solo p99
 #      against the documents/min each costs (the target allows 10% below the best); and the same scene with the

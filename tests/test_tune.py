@@ -68,6 +68,44 @@ def test_the_grid_leaves_out_chunks_past_the_longest_prompt():
     assert any(g["policy"] == "stall_free" and g["options"] == {"token_budget": 512} for g in default_grid())
 
 
+def test_where_packed_steps_are_slow_the_grid_runs_stall_free_back_to_back(monkeypatch):
+    """On mlx's CUDA backend with cuDNN attention on, a packed stall_free step measured 102 ms against
+    36 ms back to back (h200/scheduling_cudnn.json) and the H100 tunes ran packed stall_free several
+    times slower than simulated: there tune's grid asks stall_free for fuse=False, which the engine,
+    the simulator and the serve line all take; elsewhere (the CPU, Metal, cuDNN off) nothing changes."""
+    import mlx.core as mx
+
+    from mlxlab.engine.fused import packs_well
+    from mlxlab.engine.loop import Engine
+    from mlxlab.engine.models import load_model
+    from mlxlab.core.costmodel import StepCostModel
+    from mlxlab.sim.simulator import Simulator
+
+    assert packs_well() == (True, "")  # this machine: the CPU
+    apart = [g for g in default_grid(packed=False) if g["policy"] == "stall_free"]
+    assert apart and all(g["options"]["fuse"] is False for g in apart)
+    assert all("fuse" not in g["options"] for g in default_grid(packed=False) if g["policy"] != "stall_free")
+    model = load_model("tiny", dtype="float32")
+    s = apart[0]
+    assert Engine(model, policy=s["policy"], chunk_size=s["chunk_size"], **s["options"]).fuse is False
+    assert Engine(model, policy=s["policy"], chunk_size=s["chunk_size"], token_budget=256).fuse is True
+    assert Simulator(StepCostModel(), policy=s["policy"], chunk_size=s["chunk_size"], **s["options"]).fuse is False
+    assert "--policy-option fuse=false" in serve_command({"choice": {"label": s["label"]}, "confirmed": [s]}, "tiny")
+
+    class _Cuda:
+        @staticmethod
+        def is_available():
+            return True
+
+    monkeypatch.setattr(mx, "cuda", _Cuda, raising=False)
+    monkeypatch.setattr(mx, "default_device", lambda: mx.gpu)
+    monkeypatch.delenv("MLX_CUDA_USE_CUDNN_SDPA", raising=False)
+    ok, why = packs_well()
+    assert not ok and "cuDNN" in why
+    monkeypatch.setenv("MLX_CUDA_USE_CUDNN_SDPA", "0")
+    assert packs_well() == (True, "")
+
+
 def _doc(sim, meas, tune_s=10.0, sweep_s=100.0, choice="a"):
     grid = [{"label": k, "policy": "interleave", "chunk_size": 64, "options": {}, "objective_s": o, "slo_ratio": r}
             for k, (o, r) in sim.items()]

@@ -23,6 +23,25 @@ from mlx_lm.models.base import create_attention_mask, scaled_dot_product_attenti
 FUSABLE_TYPES = ("llama", "qwen2")
 
 
+def packs_well() -> Tuple[bool, str]:
+    """``(True, "")`` where a packed step is the faster way to run a step's decode beside a chunk on
+    the default device, else ``(False, why)``. On mlx's CUDA backend with cuDNN attention on (its
+    default; ``MLX_CUDA_USE_CUDNN_SDPA=0`` turns it off) it is not: the H200's scheduling study
+    measured a packed ``stall_free`` step at 102 ms against 36 ms for the same step back to back
+    (46 ms packed with cuDNN attention off; ``data/results/h200/scheduling_cudnn.json`` and
+    ``scheduling.json``), and the H100 tunes ran packed ``stall_free`` settings several times slower
+    than their simulation (``data/results/h100/tune_*.json``). The CPU and Metal pack as before."""
+    import os
+
+    cuda = getattr(mx, "cuda", None)
+    if mx.default_device() != mx.gpu or cuda is None or not cuda.is_available():
+        return True, ""
+    if os.environ.get("MLX_CUDA_USE_CUDNN_SDPA", "1") == "0":
+        return True, ""
+    return False, ("mlx's CUDA backend with cuDNN attention on (MLX_CUDA_USE_CUDNN_SDPA unset): a packed step "
+                   "measured several times slower than its decode and chunk back to back")
+
+
 def can_fuse(module) -> Tuple[bool, str]:
     """``(True, "")`` if :func:`packed_forward` can run ``module`` (an mlx-lm model), else
     ``(False, why)``."""

@@ -35,16 +35,19 @@ from mlxlab.studies.tune.slo import (SLO, check, choose, figure, objective_name,
 BASELINE = "mlx_lm.BatchGenerator"
 
 
-def default_grid(quick: bool = False, max_prompt: int = 4096) -> List[dict]:
+def default_grid(quick: bool = False, max_prompt: int = 4096, packed: bool = True) -> List[dict]:
     """The settings tune simulates: ``label``, ``policy``, ``chunk_size``, ``options``. Chunk sizes
-    above the longest prompt are left out (they all run as the longest)."""
+    above the longest prompt are left out (they all run as the longest). ``packed`` False (a device
+    where packed steps are slow: :func:`mlxlab.engine.fused.packs_well`): ``stall_free`` runs its
+    decode and chunk back to back (``fuse: False``, in its options, so the engine, the simulator and
+    the ``serve`` line all run it so)."""
     chunks = [64, 256] if quick else [256, 512, 1024, 2048, 4096]
     budgets = [128] if quick else [256, 512, 1024]
     fit = [c for c in chunks if c < max_prompt] + [min(c for c in chunks if c >= max_prompt)] \
         if any(c >= max_prompt for c in chunks) else chunks
     grid = [{"label": f"interleave-{c}", "policy": "interleave", "chunk_size": c, "options": {}} for c in fit]
-    grid += [{"label": f"stall_free-{b}", "policy": "stall_free", "chunk_size": 2048, "options": {"token_budget": b}}
-             for b in budgets]
+    grid += [{"label": f"stall_free-{b}", "policy": "stall_free", "chunk_size": 2048,
+              "options": {"token_budget": b, **({} if packed else {"fuse": False})}} for b in budgets]
     grid += [{"label": f"slo-{c}", "policy": "slo", "chunk_size": c, "options": {}} for c in fit[-2:]]
     if not quick:
         grid += [{"label": f"admission_gate-{c}", "policy": "admission_gate", "chunk_size": c, "options": {}}
@@ -201,7 +204,10 @@ def tune(model, arrivals: list, slos: Sequence[SLO], *, objective: Optional[str]
     obj_tenant, _ = parse_objective(objective)
     if obj_tenant not in tenants and obj_tenant != "all":
         raise ValueError(f"objective {objective}: the trace has no tenant {obj_tenant!r}")
-    grid = grid or default_grid(quick, max(len(a.prompt) for a in arrivals))
+    from mlxlab.engine.fused import packs_well
+
+    packs, packs_why = packs_well()
+    grid = grid or default_grid(quick, max(len(a.prompt) for a in arrivals), packed=packs)
 
     prof = {"cost_model": cost_model, "path": None, "cached": None, "grid": None, "wall_s": 0.0} \
         if cost_model is not None else cached_profile(model, profile_grid(arrivals, grid, quick), reprofile=reprofile,
@@ -291,7 +297,8 @@ def tune(model, arrivals: list, slos: Sequence[SLO], *, objective: Optional[str]
             "grid": sim_rows, "frontier": frontier, "confirmed": rows, "choice": choice.as_dict(),
             "vs_mlx_lm": vs_mlx_lm, "wall_s": {"profile": t_prof - t0, "simulate": t_sim - t_prof,
                                                "confirm": t_conf - t_sim, "total": time.perf_counter() - t0},
-            "not_in_grid": "the engine's overlap modes (prefill on a second stream): the simulator runs serial steps"}
+            "not_in_grid": "the engine's overlap modes (prefill on a second stream): the simulator runs serial steps",
+            "packed_steps": {"packs_well": packs, "why": packs_why or "packed steps are not slow on this device"}}
 
 
 def serve_command(doc: dict, model: str, bits=None, dtype=None, config: Optional[str] = None) -> Optional[str]:
