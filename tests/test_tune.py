@@ -75,7 +75,7 @@ def test_where_packed_steps_are_slow_the_grid_runs_stall_free_back_to_back(monke
     the simulator and the serve line all take; elsewhere (the CPU, Metal, cuDNN off) nothing changes."""
     import mlx.core as mx
 
-    from mlxlab.engine.fused import packs_well
+    from mlxlab.engine.fused import packing_warning, packs_well
     from mlxlab.engine.loop import Engine
     from mlxlab.engine.models import load_model
     from mlxlab.core.costmodel import StepCostModel
@@ -102,8 +102,9 @@ def test_where_packed_steps_are_slow_the_grid_runs_stall_free_back_to_back(monke
     monkeypatch.delenv("MLX_CUDA_USE_CUDNN_SDPA", raising=False)
     ok, why = packs_well()
     assert not ok and "cuDNN" in why
+    assert "fuse=false" in packing_warning(True) and packing_warning(False) == ""  # mlxlab serve warns then
     monkeypatch.setenv("MLX_CUDA_USE_CUDNN_SDPA", "0")
-    assert packs_well() == (True, "")
+    assert packs_well() == (True, "") and packing_warning(True) == ""
 
 
 def _doc(sim, meas, tune_s=10.0, sweep_s=100.0, choice="a"):

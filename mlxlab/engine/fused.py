@@ -62,6 +62,16 @@ def can_fuse(module) -> Tuple[bool, str]:
     return True, ""
 
 
+def packing_warning(fuses: bool) -> str:
+    """What ``mlxlab serve`` warns of when its engine packs steps (``fuses``) on a device where
+    :func:`packs_well` says no; "" otherwise."""
+    ok, why = packs_well()
+    if not fuses or ok:
+        return ""
+    return (f"this policy packs each step's decode and chunk into one forward, and on {why}; "
+            "--policy-option fuse=false runs them back to back (as mlxlab tune's grid does here)")
+
+
 def _heads(x, rows: int, n_heads: int):
     """(1, rows * L, n_heads * d) -> (rows, n_heads, L, d), as mlx-lm's attention lays it out."""
     return x.reshape(rows, x.shape[1] // rows, n_heads, -1).transpose(0, 2, 1, 3)
