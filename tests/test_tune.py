@@ -192,6 +192,13 @@ def test_a_sweep_stops_at_its_time_budget_and_resume_runs_only_the_missing_runs(
     assert [sum(map(len, b["runs"].values())) for b in saved] == [1, 2, 3, 4, 5] and len(whole["runs"]["b"]) == 3
     assert [b["repeats"] for b in saved] == [0, 1, 1, 2, 2] and len(whole["repeat_wall_s"]) == 3
     assert whole["wall_s"] == pytest.approx(sum(whole["run_wall_s"]["a"]) + sum(whole["run_wall_s"]["b"]))
+    # the budget is read per setting: a fast setting still runs where the slowest one would not fit
+    calls.clear()
+    one = {**cut, "runs": {"a": whole["runs"]["a"][:1], "b": whole["runs"]["b"][:1]},
+           "run_wall_s": {"a": [100.0], "b": [1.0]}}
+    part = sweep(None, [], {**doc, "sweep": one}, repeats=3, progress=False, say=lambda s: None,
+                 deadline=time.perf_counter() + 50)
+    assert calls == ["b"] and "the next (a, 100 s at its slowest)" in part["stopped"]
     assert [r["label"] for r in whole["rows"]] == ["a", "b"] and whole["rows"][0]["objective_s"] == 0.5
     # speed: tune's 10 s against a sweep cut to 2 of 5 repeats in 40 s compares 100 s, not 40
     two = {**whole, "repeats": 2, "repeats_planned": 5, "repeat_wall_s": [20.0, 20.0], "wall_s": 40.0}

@@ -336,10 +336,11 @@ def sweep(model, arrivals: list, doc: dict, *, repeats: int = 3, progress: bool 
     SLOs (the solo figures tune measured) and objective. A ``doc`` that already holds a sweep block
     (``mlxlab tune --resume``) goes on from its stored runs, a repeat's finished settings too: only
     the missing runs run, in the rotation's order. ``deadline`` (a ``time.perf_counter()`` value):
-    start a run only where the slowest run so far (this call's or a stored one's) still fits before
-    it; the block then says ``stopped``. ``on_progress``: called with the block after each run but
-    the last (to save progress a time limit could otherwise take: a call of the device tool cut in
-    the middle of a repeat loses one run, not the repeat). Returns the ``sweep`` block of tune.json."""
+    start a run only where that setting's slowest run so far (else the slowest of any; this call's or
+    a stored one's) still fits before it; the block then says ``stopped``. ``on_progress``: called
+    with the block after each run but the last (to save progress a time limit could otherwise take:
+    a call of the device tool cut in the middle of a repeat loses one run, not the repeat). Returns
+    the ``sweep`` block of tune.json."""
     from mlxlab.core.runner import run_workload
 
     grid = [{k: r[k] for k in ("label", "policy", "chunk_size", "options")} for r in doc["grid"]]
@@ -356,10 +357,12 @@ def sweep(model, arrivals: list, doc: dict, *, repeats: int = 3, progress: bool 
     bar = _bar(len(left), "tune: exhaustive engine sweep") if progress else None
     stopped = None
     for i, (r, s) in enumerate(left):
-        slowest = max((w for v in took.values() for w in v), default=None)
+        # this setting's slowest run so far, else the slowest of any (settings differ several times over)
+        slowest = max(took[s["label"]] or [w for v in took.values() for w in v], default=None)
         if deadline is not None and slowest is not None and time.perf_counter() + slowest > deadline:
-            stopped = (f"at {sum(map(len, runs.values()))} of {len(grid) * repeats} runs: another ({slowest:.0f} s, "
-                       f"the slowest so far) would have run past the time budget; `mlxlab tune --resume` runs the rest")
+            stopped = (f"at {sum(map(len, runs.values()))} of {len(grid) * repeats} runs: the next ({s['label']}, "
+                       f"{slowest:.0f} s at its slowest) would have run past the time budget; `mlxlab tune --resume` "
+                       f"runs the rest")
             say(f"[tune] sweep stopped {stopped}")
             break
         t_run = time.perf_counter()
