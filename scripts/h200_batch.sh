@@ -98,6 +98,14 @@
 # 21 runs, then the apart probe, 20 s of runs), tune llama-3.2-1b recorded, fresh (500 s: tune 167 s, 25 runs) and
 # its resume (148 s: 11 runs): h100/tune_{qwen2.5-coder-1.5b,llama-3.2-1b}.json with whole sweeps and
 # h100/decode_apart_probe_qwen2.5-0.5b.json. The sweep now saves after every run and resumes mid-repeat.
+# 12-06 (#10): four H100 calls at 9248b80 (no H200 came; 1,756 s held): the tunes with stall_free unpacked (cuDNN on),
+# fresh, after renaming the packed H100 files to *_before_unpacked: coder-1.5b (514 s: profile 135 s, simulation 31 s,
+# confirmation 190 s, 8 runs; then 481 s, the other 28) and llama-3.2-1b (530 s: tune 172 s, 25 runs; then 160 s,
+# 9 runs: its sweep holds 34 of 36, interleave-256 and interleave-512 of the third repeat missing). Found: tau did not
+# recover (0.60 on the objective for both, 0.75 packed); stall_free-256's chat median ITL 67-78 ms against
+# interleave-256's 26-31 ms: mlx keeps one cuDNN attention graph per exact shape, and a chunk that follows the decode
+# batch meets a new shape nearly every step. Since then the profile counts cold chunks by shape on that backend
+# (mlxlab.engine.fused.cold_keying); a cached profile of the older rule is not reused.
 #   0. (done in one process on an H100 on 12-06 #9: joined 13.0 ms, apart 13.1 ms, no effect; the HTTP variant is
 #      left: it would only say whether the server's extra lies elsewhere) decode_apart on the GPU (issue 36 item 3): HTTP_MODEL=qwen2.5-0.5b HTTP_POLICIES="slo slo:decode_apart=4096"
 #      HTTP_NAME=http_levers_qwen2.5-0.5b_decode_apart (~390 s, any card: the levers files are H100's, so an H100
@@ -106,7 +114,11 @@
 #      ~90 s, the call was stopped at 339 s and brought back nothing (tr buffered the log; fixed, and files now
 #      reach $OUT as they are written). Give it a call of its own with >= 450 s of device time; the apart part
 #      (~150 s) measures the same in one process first and needs no mlx_lm.server: run it in the same session;
-#   1. tune on coder-1.5b recorded with its sweep, FRESH (TUNE_FRESH=1 in the first call, T_TUNE=560): since 12-06 #9
+#   1. (next: test the shape-keyed cold term, at a commit after it) on an H100 or the H200, TUNE_FRESH=1 tune
+#      coder-1.5b and llama-3.2-1b recorded (rename an H100 file first to tune_MODEL_before_shape_cold.json), then
+#      resume calls until 36 runs; llama's H100 file at 9248b80 still lacks 2 runs (a resume call of ~40 s can finish
+#      it before the rename). Whether tau on the objective reaches 0.8 is the question. Earlier text of this item:
+#      tune on coder-1.5b recorded with its sweep, FRESH (TUNE_FRESH=1 in the first call, T_TUNE=560): since 12-06 #9
 #      tune's grid runs stall_free unpacked on CUDA with cuDNN on (mlxlab.engine.fused.packs_well), the fix for the
 #      rank claim that the H100 files (packed stall_free, tau 0.29-0.57 on the SLO ratio) measured before it; the
 #      committed H200 file has the old grid. Then resume calls (no TUNE_FRESH) until 3 whole repeats (36 runs of
@@ -278,7 +290,11 @@ case "$part" in
     { [ -n "${TUNE_RESUME:-}" ] || { [ -z "${TUNE_FRESH:-}" ] && [ -f "data/results/$PLAT/$nm.json" ]; }; } &&
       more=(--resume "data/results/$PLAT/$nm.json")
     T=$tt run $H tune --save --model "$m" --bits 4 "${tr[@]}" --slo "${TUNE_SLO:-chat.itl_p99<=3x}" \
-      --sweep --repeats ${TUNE_REPEATS:-3} --time-budget-s $((tt - 40)) "${more[@]}" --name "$nm" ;;
+      --sweep --repeats ${TUNE_REPEATS:-3} --time-budget-s $((tt - 40)) "${more[@]}" --name "$nm"
+    # the measured profile (its records: which steps the cost model misses), where the call brings files back
+    if [ -n "${OUT:-}" ] && ls data/profiles/cache/"$m"-*.json >/dev/null 2>&1; then
+      mkdir -p "$OUT/profiles" && cp data/profiles/cache/"$m"-*.json "$OUT/profiles/"
+    fi ;;
   apart)  # issue 36 item 3 in one process: 8-token documents joining the chat's batch or decoding apart
     am=${APART_MODEL:-qwen2.5-0.5b}
     T=${T_APART:-400} run $PY -m probes.decode_apart_probe --model "$am" --bits 4 --doc-tokens 16000 \

@@ -7,7 +7,7 @@ import random
 import pytest
 
 from mlxlab import Engine
-from mlxlab.core.costmodel import FEATURES, StepCostModel, features
+from mlxlab.core.costmodel import FEATURES, StepCostModel, WarmShapes, features
 from mlxlab.sim.fit import fit_cost_model
 from mlxlab.sim import Simulator, simulate
 from mlxlab.core.workload import BatchTenant, ChatTenant, Workload
@@ -360,3 +360,46 @@ def test_the_first_chunk_of_each_token_count_in_a_run_is_cold():
     again.run()
     assert [s.duration_s for s in again.steps if s.prefill] == pytest.approx([0.51, 0.01, 0.51])
     assert features(0, 0, [(32, 0), (8, 32)], cold_chunks=5)[FEATURES.index("cold_chunks")] == 2  # at most one a chunk
+
+
+def test_warm_shapes_by_size_or_by_attention_shape_with_an_lru():
+    """WarmShapes: keyed by size a chunk is warm once its token count ran (any context); keyed by
+    shape (mlx CUDA with cuDNN attention: one graph per query and key shape) the same size at a new
+    key length is cold, and a shape pushed out of the LRU is cold again."""
+    size = WarmShapes("size")
+    assert size.cold([(32, 0), (32, 32), (7, 64, 1)]) == [1, 0, 1]
+    assert size.cold([(8, 0)]) == [0]  # 7 + 1 pad ran as 8 tokens
+    shape = WarmShapes("shape", capacity=2)
+    assert shape.cold([(32, 0), (32, 32), (32, 0)]) == [1, 1, 0]
+    assert shape.cold([(16, 0)]) == [1]  # three shapes met: (32, key 64), the oldest left, is cold again
+    assert shape.cold([(32, 32), (16, 0)]) == [1, 0]
+    for bad in (dict(key="rows"), dict(key="shape", capacity=0), dict(key="shape", capacity=2.5)):
+        with pytest.raises(ValueError):
+            WarmShapes(**bad)
+
+
+def test_a_shape_keyed_profile_charges_stall_free_chunks_that_follow_the_decode_batch():
+    """With a profile that counted cold chunks by attention shape, a chunk size fixed by the policy
+    pays the first use once per (size, key length) and a second prompt of the same length runs
+    warm; the same cost model keyed by size charges only each size's first chunk. The key and
+    capacity survive the profile's dict."""
+    coef = {"prefill_chunks": 0.01, "cold_chunks": 0.5, "decode_step": 0.001}
+    by_size = StepCostModel.from_coefficients(coef, n_obs=1)
+    by_shape = StepCostModel.from_coefficients(coef, n_obs=1, cold_key="shape", cold_capacity=256)
+    back = StepCostModel.from_dict(by_shape.as_dict())
+    assert (back.cold_key, back.cold_capacity) == ("shape", 256)
+    assert StepCostModel.from_dict({k: v for k, v in by_size.as_dict().items() if not k.startswith("cold_")}
+                                   ).cold_key == "size"  # a profile saved before the key
+
+    def chunk_costs(cm):
+        sim = Simulator(cm, policy="interleave", chunk_size=32)
+        sim.submit([1] * 96, 1)
+        sim.run()
+        sim.submit([2] * 96, 1)
+        sim.run()
+        return [round(s.duration_s, 3) for s in sim.steps if s.prefill]
+
+    assert chunk_costs(by_size) == [0.51, 0.01, 0.01, 0.01, 0.01, 0.01]
+    assert chunk_costs(by_shape) == [0.51, 0.51, 0.51, 0.01, 0.01, 0.01]
+    with pytest.raises(ValueError, match="cold key"):
+        StepCostModel(cold_key="rows")

@@ -68,13 +68,25 @@ def test_the_grid_leaves_out_chunks_past_the_longest_prompt():
     assert any(g["policy"] == "stall_free" and g["options"] == {"token_budget": 512} for g in default_grid())
 
 
+def _pretend_cuda_with_cudnn(monkeypatch) -> None:
+    """The default device as mlx's CUDA backend with cuDNN attention on (its default)."""
+    import mlx.core as mx
+
+    class _Cuda:
+        @staticmethod
+        def is_available():
+            return True
+
+    monkeypatch.setattr(mx, "cuda", _Cuda, raising=False)
+    monkeypatch.setattr(mx, "default_device", lambda: mx.gpu)
+    monkeypatch.delenv("MLX_CUDA_USE_CUDNN_SDPA", raising=False)
+
+
 def test_where_packed_steps_are_slow_the_grid_runs_stall_free_back_to_back(monkeypatch):
     """On mlx's CUDA backend with cuDNN attention on, a packed stall_free step measured 102 ms against
     36 ms back to back (h200/scheduling_cudnn.json) and the H100 tunes ran packed stall_free several
     times slower than simulated: there tune's grid asks stall_free for fuse=False, which the engine,
     the simulator and the serve line all take; elsewhere (the CPU, Metal, cuDNN off) nothing changes."""
-    import mlx.core as mx
-
     from mlxlab.engine.fused import packing_warning, packs_well
     from mlxlab.engine.loop import Engine
     from mlxlab.engine.models import load_model
@@ -92,14 +104,7 @@ def test_where_packed_steps_are_slow_the_grid_runs_stall_free_back_to_back(monke
     assert Simulator(StepCostModel(), policy=s["policy"], chunk_size=s["chunk_size"], **s["options"]).fuse is False
     assert "--policy-option fuse=false" in serve_command({"choice": {"label": s["label"]}, "confirmed": [s]}, "tiny")
 
-    class _Cuda:
-        @staticmethod
-        def is_available():
-            return True
-
-    monkeypatch.setattr(mx, "cuda", _Cuda, raising=False)
-    monkeypatch.setattr(mx, "default_device", lambda: mx.gpu)
-    monkeypatch.delenv("MLX_CUDA_USE_CUDNN_SDPA", raising=False)
+    _pretend_cuda_with_cudnn(monkeypatch)
     ok, why = packs_well()
     assert not ok and "cuDNN" in why
     assert "fuse=false" in packing_warning(True) and packing_warning(False) == ""  # mlxlab serve warns then
@@ -326,3 +331,42 @@ def test_rescore_draws_a_stored_tune_files_figure_named_by_its_platform(tmp_path
     shutil.copy(ROOT / "data" / "results" / "cpu" / "admission_gate.json", q)
     assert main(["rescore", "--figure", str(q)]) == 2
     assert "draws no figure from a stored file" in capsys.readouterr().err
+
+
+def test_on_cuda_with_cudnn_attention_cold_chunks_are_counted_by_shape(monkeypatch):
+    """mlx's CUDA backend with cuDNN attention keeps one graph per exact attention shape (an LRU of
+    MLX_CUDA_SDPA_CACHE_SIZE, 256 by default): there the profile's rig counts a chunk cold by token
+    count and key length, the fitted model keeps that key, and tune's profile cache does not hand a
+    size-keyed profile to it; on the CPU (and with cuDNN attention off) nothing changes."""
+
+    from mlxlab.engine.fused import cold_keying
+    from mlxlab.engine.models import load_model
+    from mlxlab.sim.fit import fit_cost_model
+    from mlxlab.sim.rig import Bench
+    from mlxlab.studies.tune.run import profile_key
+
+    assert cold_keying() == ("size", None, "")  # this machine: the CPU
+    model = load_model("tiny", dtype="float32")
+    grid = {"prefill_tokens": [16]}
+    cpu_key = profile_key(model, grid)
+
+    _pretend_cuda_with_cudnn(monkeypatch)
+    monkeypatch.delenv("MLX_CUDA_SDPA_CACHE_SIZE", raising=False)
+    key, capacity, why = cold_keying()
+    assert (key, capacity) == ("shape", 256) and "cuDNN" in why
+    monkeypatch.setenv("MLX_CUDA_SDPA_CACHE_SIZE", "1024")
+    assert cold_keying()[:2] == ("shape", 1024)
+    bench = Bench(model, prefill_tokens=[16], decode_contexts=[32], repeats=1, fill_chunk=16, mixed=False, seed=0)
+    assert bench._cold([[16, 0]]) == 1 and bench._cold([[16, 16]]) == 1 and bench._cold([[16, 0]]) == 0
+    recs = [{"kind": "prefill", "duration_s": 0.1, "prefill_chunks": [[16, 0]], "prefill_tokens": 16,
+             "cold_key": bench.warm.key, "cold_capacity": bench.warm.capacity}]
+    cm = fit_cost_model(recs)
+    assert (cm.cold_key, cm.cold_capacity) == ("shape", 1024)
+    monkeypatch.setenv("MLX_CUDA_USE_CUDNN_SDPA", "0")
+    assert cold_keying() == ("size", None, "")
+    monkeypatch.undo()  # the device summary in the profile key needs the real device
+    import mlxlab.engine.fused as fused
+
+    assert profile_key(model, grid) == cpu_key
+    monkeypatch.setattr(fused, "cold_keying", lambda: ("shape", 256, "cuDNN"))
+    assert profile_key(model, grid) != cpu_key

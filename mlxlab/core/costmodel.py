@@ -66,6 +66,16 @@ Each term, and what it stands for in the engine (:mod:`mlxlab.engine`):
   (``data/results/h200/sim_validation*.json``, profile records of shares 2 and later), and the
   held-out runs' first chunks of sizes the grid lacks ran 20-40 ms slower than the grid predicts.
   Profile records carry the count (``cold_chunks``: :func:`mlxlab.sim.cells.cold_group`).
+  Which chunks are cold depends on how the backend keys what it prepares (:class:`WarmShapes`,
+  the model's ``cold_key``): by token count (``"size"``, the CPU and Metal), or on mlx's CUDA
+  backend with cuDNN attention on by the attention's whole shape (``"shape"``: token count and
+  key length), since mlx keeps one cuDNN graph per exact query, key and value shape and stride
+  in an LRU of ``MLX_CUDA_SDPA_CACHE_SIZE`` graphs (256 by default;
+  ``mlx/backend/cuda/scaled_dot_product_attention.cpp``). There a chunk whose size follows the
+  decode batch (``stall_free``'s budget less its decode rows) or is chosen anew each step
+  (``slo``) meets a new shape nearly every step: on an H100 their chat's median ITL was
+  50-100 ms against 2-12 ms for fixed chunk sizes (``data/results/h100/tune_*.json``), which
+  a size-keyed term cannot see.
 * ``prefill_chunks``: per chunk forward (its fixed cost); ``prefill_tokens``: tokens pushed
   through the linear layers; ``prefill_attention``: query-key pairs of the chunks' attention
   (``n * context + n**2 / 2`` per chunk); ``prefill_attention_unaligned``: the pairs of chunks
@@ -98,6 +108,7 @@ as they did.
 from __future__ import annotations
 
 import math
+from collections import OrderedDict
 from dataclasses import dataclass, field
 from typing import Dict, Iterable, List, Optional, Sequence, Tuple
 
@@ -232,6 +243,42 @@ def solve_nnls(X: np.ndarray, y: np.ndarray, ridge: float) -> np.ndarray:
     return np.maximum(coef, 0.0)
 
 
+class WarmShapes:
+    """Which chunk shapes a run has met, to count its cold chunks (``cold_chunks``). ``key``
+    ``"size"``: a chunk is warm once a chunk of its token count (pad included) ran, for good;
+    ``"shape"``: once a chunk of its token count ran at its key length (context + tokens), and
+    only while it is among the ``capacity`` shapes met most recently (an LRU, as mlx's graph
+    cache; ``None``: no limit)."""
+
+    KEYS = ("size", "shape")
+
+    def __init__(self, key: str = "size", capacity: Optional[int] = None):
+        if key not in self.KEYS:
+            raise ValueError(f"cold key must be one of {self.KEYS}, got {key!r}")
+        if capacity is not None and (isinstance(capacity, bool) or not isinstance(capacity, int) or capacity < 1):
+            raise ValueError(f"capacity must be a positive integer or None, got {capacity!r}")
+        self.key = key
+        self.capacity = capacity if key == "shape" else None
+        self._seen: "OrderedDict[tuple, None]" = OrderedDict()
+
+    def _key(self, chunk) -> tuple:
+        n, c, p = _chunk(chunk)
+        return (n + p,) if self.key == "size" else (n + p, c + n + p)
+
+    def cold(self, chunks: Sequence[Tuple[int, ...]]) -> List[int]:
+        """1 for each chunk ((tokens, context) or (tokens, context, pad)) that is cold, 0 for a
+        warm one; all of them are warm (the most recent) afterwards."""
+        out = []
+        for ch in chunks:
+            k = self._key(ch)
+            out.append(0 if k in self._seen else 1)
+            self._seen[k] = None
+            self._seen.move_to_end(k)
+            if self.capacity is not None and len(self._seen) > self.capacity:
+                self._seen.popitem(last=False)
+        return out
+
+
 @dataclass
 class StepCostModel:
     """Step time in seconds as a non-negative linear model of :data:`FEATURES`, plus the
@@ -242,6 +289,12 @@ class StepCostModel:
     source: str = "unfitted"
     overhead_s: float = 0.0
     tail_s: Optional[float] = None
+    cold_key: str = "size"
+    cold_capacity: Optional[int] = None
+
+    def warm_shapes(self) -> WarmShapes:
+        """A fresh :class:`WarmShapes` keyed as this model's profile counted its cold chunks."""
+        return WarmShapes(self.cold_key, self.cold_capacity)
 
     def __post_init__(self):
         self.coef = np.asarray(self.coef, dtype=float)
@@ -250,6 +303,7 @@ class StepCostModel:
                              f"use StepCostModel.from_coefficients for a subset by name")
         if (self.coef < 0).any() or self.overhead_s < 0 or (self.tail_s is not None and self.tail_s < 0):
             raise ValueError("cost model coefficients, overhead_s and tail_s must be >= 0")
+        self.warm_shapes()  # checks cold_key and cold_capacity
 
     @property
     def fitted(self) -> bool:
@@ -325,7 +379,7 @@ class StepCostModel:
     def as_dict(self) -> Dict:
         return {"features": list(FEATURES), "coef": [float(c) for c in self.coef], "overhead_s": float(self.overhead_s),
                 "tail_s": None if self.tail_s is None else float(self.tail_s), "n_obs": self.n_obs,
-                "source": self.source}
+                "source": self.source, "cold_key": self.cold_key, "cold_capacity": self.cold_capacity}
 
     @classmethod
     def from_dict(cls, d: Dict) -> "StepCostModel":
@@ -345,7 +399,8 @@ class StepCostModel:
         tail = d.get("tail_s")
         return cls.from_coefficients(by, n_obs=int(d.get("n_obs", 1)), source=d.get("source", "file"),
                                      overhead_s=float(d.get("overhead_s") or 0.0),
-                                     tail_s=None if tail is None else float(tail))
+                                     tail_s=None if tail is None else float(tail),
+                                     cold_key=d.get("cold_key") or "size", cold_capacity=d.get("cold_capacity"))
 
     def relative_error(self, records: Iterable[dict]) -> List[float]:
         """|predicted - measured| / measured for each record with a positive duration."""

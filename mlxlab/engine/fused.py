@@ -15,12 +15,13 @@ attention everywhere are accepted (:func:`can_fuse`); anything else runs back to
 
 from __future__ import annotations
 
-from typing import List, Sequence, Tuple
+from typing import List, Optional, Sequence, Tuple
 
 import mlx.core as mx
 from mlx_lm.models.base import create_attention_mask, scaled_dot_product_attention
 
 FUSABLE_TYPES = ("llama", "qwen2")
+SDPA_CACHE_DEFAULT = 256  # mlx's MLX_CUDA_SDPA_CACHE_SIZE default (cuDNN attention graphs kept)
 
 
 def packs_well() -> Tuple[bool, str]:
@@ -40,6 +41,26 @@ def packs_well() -> Tuple[bool, str]:
         return True, ""
     return False, ("mlx's CUDA backend with cuDNN attention on (MLX_CUDA_USE_CUDNN_SDPA unset): a packed step "
                    "measured several times slower than its decode and chunk back to back")
+
+
+def cold_keying() -> Tuple[str, Optional[int], str]:
+    """How the default device keys the work it prepares for a chunk on first use, as
+    :class:`mlxlab.core.costmodel.WarmShapes` counts cold chunks: ``("shape", capacity, why)`` on
+    mlx's CUDA backend with cuDNN attention on, which builds one cuDNN graph per exact query, key
+    and value shape (and stride) and keeps ``MLX_CUDA_SDPA_CACHE_SIZE`` of them (256 by default:
+    ``mlx/backend/cuda/scaled_dot_product_attention.cpp``), else ``("size", None, "")``: a chunk is
+    warm once its token count ran."""
+    import os
+
+    cuda = getattr(mx, "cuda", None)
+    if mx.default_device() != mx.gpu or cuda is None or not cuda.is_available():
+        return "size", None, ""
+    if os.environ.get("MLX_CUDA_USE_CUDNN_SDPA", "1") == "0":
+        return "size", None, ""
+    raw = os.environ.get("MLX_CUDA_SDPA_CACHE_SIZE", "")
+    capacity = int(raw) if raw.strip().isdigit() and int(raw) > 0 else SDPA_CACHE_DEFAULT
+    return "shape", capacity, (f"mlx's CUDA backend with cuDNN attention on: one attention graph per (query, key) "
+                               f"shape, {capacity} kept")
 
 
 def can_fuse(module) -> Tuple[bool, str]:

@@ -42,6 +42,15 @@ def _fit_rows(X: np.ndarray, y: np.ndarray, relative: bool) -> np.ndarray:
     return solve_nnls(X / scale, y, 1e-9) / scale
 
 
+def _cold_keying(records: Sequence[dict]) -> dict:
+    """How the records counted their cold chunks (``cold_key``, ``cold_capacity``), from the first
+    that says; ``{}`` (by token count) where none does."""
+    for r in records:
+        if r.get("cold_key"):
+            return {"cold_key": r["cold_key"], "cold_capacity": r.get("cold_capacity")}
+    return {}
+
+
 def _timing(records: Sequence[dict], kind: str) -> Optional[float]:
     vals = [r["duration_s"] for r in records if r.get("kind") == kind and r.get("duration_s", 0) > 0]
     return float(np.median(vals)) if vals else None
@@ -65,13 +74,17 @@ def fit_cost_model(records: Iterable[dict], *, relative: bool = True, staged: bo
     With ``relative=False, staged=False`` this is :meth:`StepCostModel.fit`.
 
     Records of kind ``tail`` and ``overhead`` are not step costs: the medians of their
-    ``duration_s`` become ``tail_s`` and ``overhead_s``."""
+    ``duration_s`` become ``tail_s`` and ``overhead_s``. The model counts cold chunks as the
+    records did (their ``cold_key`` and ``cold_capacity``, stamped by the profile's rig; by token
+    count where they carry none: :class:`~mlxlab.core.costmodel.WarmShapes`)."""
     allrecs = [r for r in records if r.get("duration_s", 0) > 0]
     recs = [r for r in allrecs if r.get("kind") not in TIMING_KINDS + UNFITTED_KINDS]
-    timing = dict(tail_s=_timing(allrecs, "tail"), overhead_s=_timing(allrecs, "overhead") or 0.0)
+    timing = dict(tail_s=_timing(allrecs, "tail"), overhead_s=_timing(allrecs, "overhead") or 0.0,
+                  **_cold_keying(allrecs))
     if not relative and not staged:
         cm = StepCostModel.fit(recs, source=source)
-        cm.tail_s, cm.overhead_s = timing["tail_s"], timing["overhead_s"]
+        for k, v in timing.items():
+            setattr(cm, k, v)
         return cm
     if not recs:
         return StepCostModel(source=source, **timing)

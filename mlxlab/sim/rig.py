@@ -15,7 +15,8 @@ from typing import List, Optional, Sequence, Tuple
 from mlxlab.core.plan import SchedulerState, StepPlan
 from mlxlab.core.presets import model_limits
 from mlxlab.core.request import Request, StepRecord
-from mlxlab.engine.fused import can_fuse
+from mlxlab.core.costmodel import WarmShapes
+from mlxlab.engine.fused import can_fuse, cold_keying
 from mlxlab.engine.loop import Engine
 from mlxlab.policies.base import Policy
 
@@ -79,6 +80,8 @@ class Bench:
         self.skipped: List[str] = []
         self.recording = True
         self.sizes_run: set = set()  # chunk token counts (pad included) this profile has run, warm-up included
+        key, capacity, _ = cold_keying()  # what counts as a chunk's first use on this device
+        self.warm = WarmShapes(key, capacity)
         self.pass_index = 0  # which pass over the grid a record was measured in (its "pass" field)
 
     @property
@@ -111,18 +114,17 @@ class Bench:
         d = rec.as_dict()
         d.update(kind=kind, engine_duration_s=d["duration_s"], duration_s=dt,
                  cell=cell or f"{kind} n{d['prefill_tokens']} c{d['prefill_context_tokens']}",
-                 cold_chunks=self._cold(d["prefill_chunks"]))
+                 cold_chunks=self._cold(d["prefill_chunks"]), cold_key=self.warm.key,
+                 cold_capacity=self.warm.capacity)
         return d, t0
 
     def _cold(self, chunks) -> int:
-        """How many of a step's chunks ([tokens, context(, pad)]) have a token count this profile
-        had not run before (``cold_chunks``: :mod:`mlxlab.core.costmodel`); they are warm from now on."""
-        cold = 0
+        """How many of a step's chunks ([tokens, context(, pad)]) this profile had not run before
+        (``cold_chunks``: :mod:`mlxlab.core.costmodel`; by token count, or on a device that keys
+        attention by shape by token count and key length, :attr:`warm`); they are warm from now on."""
         for c in chunks:
-            size = int(c[0]) + (int(c[2]) if len(c) > 2 else 0)
-            cold += size not in self.sizes_run
-            self.sizes_run.add(size)
-        return cold
+            self.sizes_run.add(int(c[0]) + (int(c[2]) if len(c) > 2 else 0))
+        return sum(self.warm.cold(chunks))
 
     def timed_alone(self, rig: Rig, plan: StepPlan, kind: str, cell: str) -> dict:
         """As :meth:`timed`, its tokens read at once: what the step costs with nothing in flight

@@ -44,7 +44,10 @@ decode-only step is marked done, and its tokens appended, when they are read one
   whole (the decode's fixed cost rides on the chunks' forward; a cost model without ``packed``
   charges the two back to back); its chunks start with it and its tokens are read at its end;
 * first uses and ragged changes (with a cost model that has the terms): a chunk whose token count
-  (pad included) no earlier chunk of the run had is charged ``cold_chunks``, and a change of the
+  (pad included) no earlier chunk of the run had is charged ``cold_chunks`` (with a profile
+  measured where attention is prepared per shape, mlx's CUDA backend with cuDNN attention on: a
+  chunk whose token count and key length are not among the latest shapes run,
+  :class:`mlxlab.core.costmodel.WarmShapes`), and a change of the
   decode batch that leaves two or more rows of different lengths (a left-padded batch)
   ``ragged_change_rows`` per row;
 * output tokens are a placeholder id (``output_token``, default 0); a stop id equal to
@@ -69,6 +72,7 @@ from typing import Dict, List, Optional, Sequence
 import numpy as np
 
 from mlxlab.core.bookkeeping import PlanExecutor
+from mlxlab.core.costmodel import WarmShapes
 from mlxlab.core.plan import KEY_ALIGN, StepPlan
 from mlxlab.core.presets import (
     DEFAULT_MAX_CONTEXT,
@@ -163,7 +167,9 @@ class Simulator(PlanExecutor):
         self._joined_term = "joined" in params
         self._ragged_term = "ragged" in params
         self._cold_term = "cold_chunks" in params
-        self._sizes_run: set = set()  # token counts (pad included) of the chunks run so far: the warm ones
+        # the chunks run so far, keyed as the profile counted its cold ones (by token count, or by
+        # attention shape where the device keeps a graph per shape: WarmShapes)
+        self._warm = self.cost_model.warm_shapes() if hasattr(self.cost_model, "warm_shapes") else WarmShapes()
 
     @classmethod
     def for_model(cls, model, cost_model, /, **kwargs) -> "Simulator":
@@ -321,14 +327,10 @@ class Simulator(PlanExecutor):
         return (n, seq.prefilled, pad) if pad else (n, seq.prefilled)
 
     def _cold(self, chunks: Sequence[tuple]) -> List[int]:
-        """1 for each chunk whose token count (pad included) no earlier chunk of this run had
-        (``cold_chunks``), which from now on is warm."""
-        out = []
-        for c in chunks:
-            size = int(c[0]) + (int(c[2]) if len(c) > 2 else 0)
-            out.append(0 if size in self._sizes_run else 1)
-            self._sizes_run.add(size)
-        return out
+        """1 for each chunk no earlier chunk of this run matched (``cold_chunks``: the same token
+        count, pad included, or on a shape-keyed profile also the same key length among the
+        latest ``cold_capacity`` shapes), which from now on is warm."""
+        return self._warm.cold(chunks)
 
     def _cold_kw(self, n: int) -> dict:
         return {"cold_chunks": n} if (n and self._cold_term) else {}

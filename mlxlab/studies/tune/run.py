@@ -80,6 +80,11 @@ def profile_key(model, pgrid: dict) -> str:
     d = device_summary()
     parts = [getattr(model, "name", "model"), str(getattr(model, "dtype", "")), str(getattr(model, "bits", None)),
              d["device"], d["device_name"], d["mlx"], d["mlx_lm"], d["blas"], json.dumps(pgrid, sort_keys=True)]
+    from mlxlab.engine.fused import cold_keying
+
+    key, capacity, _ = cold_keying()
+    if key != "size":  # a profile that counted its cold chunks by token count is not this one
+        parts.append(f"cold={key}/{capacity}")
     return hashlib.sha1("|".join(parts).encode()).hexdigest()[:16]
 
 
@@ -293,7 +298,8 @@ def tune(model, arrivals: list, slos: Sequence[SLO], *, objective: Optional[str]
                      "slo_ratio_mlx_lm": base["slo_ratio"], "slo_ratio_chosen": chosen["slo_ratio"]}
     return {"tenants": tenants, "slos": [s.text for s in slos], "bounds_s": bounds, "objective": objective,
             "solo": solos, "profile": {"path": Path(prof["path"]).name if prof["path"] else None,
-                        **{k: prof[k] for k in ("cached", "grid", "wall_s")}},
+                        **{k: prof[k] for k in ("cached", "grid", "wall_s")},
+                        "cost_model": cm.as_dict() if hasattr(cm, "as_dict") else None},
             "grid": sim_rows, "frontier": frontier, "confirmed": rows, "choice": choice.as_dict(),
             "vs_mlx_lm": vs_mlx_lm, "wall_s": {"profile": t_prof - t0, "simulate": t_sim - t_prof,
                                                "confirm": t_conf - t_sim, "total": time.perf_counter() - t0},
