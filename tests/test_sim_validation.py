@@ -106,6 +106,14 @@ def test_validation_on_tiny_scores_every_row_by_the_noise_derived_rule(tiny, tmp
     assert args.func(args) == (0 if all(r["passed"] for r in again["table"]) else 1)
     written = json.loads((tmp_path / "sim_validation_rescored.json").read_text())
     assert [r["sim"] for r in written["table"]] == pytest.approx([r["sim"] for r in rows], rel=1e-9)
+    assert written["cold_rule"] == {"key": "size", "capacity": None, "recounted": False}
+    # --cold-key shape: the profile's cold chunks counted again by attention shape, under that name
+    args = p.parse_args(["validate-sim", "--rescore", str(src), "--quiet", "--save", "--cold-key", "shape",
+                         "--cold-capacity", "64"])
+    args.func(args)
+    shaped = json.loads((tmp_path / "sim_validation_rescored_cold_shape.json").read_text())
+    assert shaped["cold_rule"] == {"key": "shape", "capacity": 64, "recounted": True}
+    assert len(shaped["table"]) == len(rows)
     # the verdict on mlx-sim-accuracy, and the fingerprint of the cost models the simulator ran on
     v = res["verdicts"][0]
     assert v["claim"] == "mlx-sim-accuracy" and v["verdict"] in ("reproduced", "not reproduced")
@@ -323,3 +331,22 @@ def test_rescore_file_adds_the_verdict_and_the_cost_model_to_a_saved_validation(
     with pytest.raises(ValueError, match="validation"):
         (tmp_path / "sim_validation_x.json").write_text("{}")
         rescore_file(tmp_path / "sim_validation_x.json")
+
+
+def test_recount_cold_counts_a_profiles_first_uses_again_by_shape_share_by_share():
+    """recount_cold: each share counts anew (a process after other work), the first share's leading
+    prefill records are warm (the profile's warm-up ran them), a chunk of a known size at a new key
+    length is cold by shape and warm by size, and the rule is stamped on every record."""
+    from mlxlab.studies.sim_validation.scoring import recount_cold
+
+    def rec(kind, n, c):
+        return {"kind": kind, "prefill_chunks": [[n, c]], "duration_s": 0.01}
+
+    share = [rec("prefill", 64, 0), rec("fill", 64, 0), rec("mixed", 64, 64), rec("prefill", 64, 0)]
+    by_shape = recount_cold([share, share], "shape", 8)
+    assert [r["cold_chunks"] for r in by_shape[0]] == [0, 0, 1, 0]
+    assert [r["cold_chunks"] for r in by_shape[1]] == [1, 0, 1, 0]
+    assert all((r["cold_key"], r["cold_capacity"]) == ("shape", 8) for sh in by_shape for r in sh)
+    by_size = recount_cold([share], "size")
+    assert [r["cold_chunks"] for r in by_size[0]] == [0, 0, 0, 0]
+    assert "cold_chunks" not in share[0]  # the saved records are left as they were

@@ -128,6 +128,12 @@ def _add_validate(parser: argparse.ArgumentParser) -> None:
                         help="score a saved validation file again under this version's cost model and "
                              "simulator (no model, no device) and write <its name>_rescored.json into a new run "
                              "folder of its platform (with --save: beside it)")
+    parser.add_argument("--cold-key", choices=("size", "shape"), default=None,
+                        help="with --rescore: count the profile's cold chunks again by token count (size) or by "
+                             "attention shape, token count and key length (shape: mlx CUDA with cuDNN attention "
+                             "keeps one graph per shape), and simulate by that rule")
+    parser.add_argument("--cold-capacity", type=positive_int, default=None, metavar="N",
+                        help="with --cold-key shape: shapes kept warm (mlx's MLX_CUDA_SDPA_CACHE_SIZE; default 256)")
     parser.add_argument("--rescore-verdicts", nargs="+", default=None, metavar="JSON",
                         help="add the mlx-sim-accuracy verdict and the cost model's fingerprint and provenance to "
                              "saved validation files, in place, from their tables (nothing re-run or re-simulated; "
@@ -263,18 +269,22 @@ def _profile_spread(args: argparse.Namespace) -> int:
 def _rescore(args: argparse.Namespace) -> int:
     from mlxlab.studies.sim_validation.verdict import cost_model_record, validation_verdicts
 
-    res = rescore_validation(args.rescore, log=_say(args))
+    from mlxlab.engine.fused import SDPA_CACHE_DEFAULT
+
+    capacity = (args.cold_capacity or SDPA_CACHE_DEFAULT) if args.cold_key == "shape" else None
+    res = rescore_validation(args.rescore, cold_key=args.cold_key, cold_capacity=capacity, log=_say(args))
     print(format_validation(res))
     src = Path(args.rescore)
     res["cost_model"] = cost_model_record(res["coefficients"], fitted_in_run=False, commit=_git_commit(),
                                           source=f"the profile shares of {src} fitted again by this code")
     vs = validation_verdicts(res, res["cost_model"])
-    name = src.stem + "_rescored"
+    name = src.stem + "_rescored" + (f"_cold_{args.cold_key}" if args.cold_key else "")
     ok = name.startswith("sim_validation")  # a verdict is stored only under an experiment the claims name
     plat = platform_of(src)
     folder = src.parent if args.save else run_folder(plat)
     out = save_results(name, res, platform=plat, folder=folder, verdicts=vs if ok else None,
-                       parameters={"source": str(src), "rescore": "simulator side re-run under this code"})
+                       parameters={"source": str(src), "rescore": "simulator side re-run under this code",
+                                   "cold_key": args.cold_key, "cold_capacity": capacity})
     for v in vs:
         print(f"[{v['verdict']}] {v['claim']}: {v['measured']}")
     print(f"wrote {out}")

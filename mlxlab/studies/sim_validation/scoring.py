@@ -22,6 +22,7 @@ from typing import Callable, Dict, List, Optional, Sequence
 
 import numpy as np
 
+from mlxlab.core.costmodel import WarmShapes
 from mlxlab.core.presets import DEFAULT_MAX_CONTEXT
 from mlxlab.core.runner import run_workload
 from mlxlab.core.workload import Workload
@@ -225,7 +226,28 @@ def decode_periods(result: dict, run: str, batch: int, *, max_context: Optional[
 
 
 # ---------------------------------------------------------------------------------- rescoring
-def rescore_validation(result, *, log: Optional[Callable[[str], None]] = None) -> dict:
+def recount_cold(shares: Sequence[Sequence[dict]], key: str, capacity: Optional[int] = None) -> List[List[dict]]:
+    """A validation's profile shares with ``cold_chunks`` counted again under the rule ``key``
+    (:class:`mlxlab.core.costmodel.WarmShapes`: ``"size"`` or ``"shape"``, an LRU of ``capacity``
+    shapes), in the order each share measured its steps, the rule stamped on every record (so the
+    fit keeps it). Each share is a process of its own after other work; the first came right after
+    the profile's warm-up, which ran the share's first prefill group (its leading ``prefill``
+    records' chunks, then warm)."""
+    out = []
+    for i, share in enumerate(shares):
+        warm = WarmShapes(key, capacity)
+        if i == 0:
+            for r in share:
+                if r.get("kind") != "prefill":
+                    break
+                warm.cold(r.get("prefill_chunks") or [])
+        out.append([dict(r, cold_chunks=sum(warm.cold(r.get("prefill_chunks") or [])), cold_key=key,
+                         cold_capacity=warm.capacity) for r in share])
+    return out
+
+
+def rescore_validation(result, *, cold_key: Optional[str] = None, cold_capacity: Optional[int] = None,
+                       log: Optional[Callable[[str], None]] = None) -> dict:
     """A saved validation's simulator side again, under this version's cost model and simulator,
     on no device: each profile share's saved records fitted again, the workloads rebuilt from the
     saved config, the engine's side (its runs, its noise) as saved. For asking what a change to the
@@ -234,7 +256,10 @@ def rescore_validation(result, *, log: Optional[Callable[[str], None]] = None) -
     ``result``: a dict from :func:`mlxlab.studies.sim_validation.run.validate_simulator`, or the path
     of its JSON file. Returns ``{"source", "table", "summary", "rule", "coefficients", "config"}``: the
     table's rows as the saved ones with ``sim``, ``sim_runs``, ``rel_error``, ``passed``,
-    ``paired_errors`` recomputed and the saved simulator value kept as ``sim_saved``."""
+    ``paired_errors`` recomputed and the saved simulator value kept as ``sim_saved``. ``cold_key``
+    (``"size"`` or ``"shape"``, with ``cold_capacity``): count the profile's cold chunks again under
+    that rule (:func:`recount_cold`) and simulate by it, e.g. the shape rule on a run made with cuDNN
+    attention on before profiles counted that way; the result's ``cold_rule`` names the rule."""
     source = None
     if not isinstance(result, dict):
         source = str(result)
@@ -244,10 +269,13 @@ def rescore_validation(result, *, log: Optional[Callable[[str], None]] = None) -
     if not prof.get("records"):
         raise ValueError("this validation kept no profile records (it ran on a given profile): there is "
                          "nothing to fit again; run validate_simulator with a measured profile")
-    # a validation warms the profile up before its first share only (mark_cold_chunks)
-    cms = [fit_cost_model(cell_medians(mark_cold_chunks(share, warm=i == 0)),
-                          source=f"profile share {i + 1}, fitted again")
-           for i, share in enumerate(profile_shares(prof["records"]))]
+    # a validation warms the profile up before its first share only (mark_cold_chunks); with
+    # ``cold_key`` the records' cold chunks are counted again under that rule (recount_cold)
+    shares = profile_shares(prof["records"])
+    shares = (recount_cold(shares, cold_key, cold_capacity) if cold_key else
+              [mark_cold_chunks(share, warm=i == 0) for i, share in enumerate(shares)])
+    cms = [fit_cost_model(cell_medians(share), source=f"profile share {i + 1}, fitted again")
+           for i, share in enumerate(shares)]
     saved = {(r["workload"], r["policy"], r["tenant"], r["metric"]): r for r in result["table"]}
     rows, period_tables = [], {}
     for wname, wconf in cfg["workloads"].items():
@@ -263,7 +291,9 @@ def rescore_validation(result, *, log: Optional[Callable[[str], None]] = None) -
     order = {k: i for i, k in enumerate(saved)}
     rows.sort(key=lambda r: order[(r["workload"], r["policy"], r["tenant"], r["metric"])])
     out = {"source": source, "table": rows, "summary": summarize(rows), "rule": result.get("rule"),
-           "coefficients": [coefficients(c) for c in cms], "config": cfg, "periods": period_tables}
+           "coefficients": [coefficients(c) for c in cms], "config": cfg, "periods": period_tables,
+           "cold_rule": {"key": cms[0].cold_key, "capacity": cms[0].cold_capacity,
+                         "recounted": bool(cold_key)} if cms else None}
     if result.get("heldout"):
         out["heldout"] = _rescored_heldout(result, cms, cfg, say, period_tables)
     return out
