@@ -63,6 +63,10 @@
 #   soak       issue 41: bench soak on SOAK_MODEL (qwen2.5-coder-1.5b) exported at 4 bits, 8 minutes (one call:
 #              the 10 the issue asks for do not fit beside the export and the end checks), written as
 #              serve_soak_MODEL.json; needs .whl/ as serve (~600 s)
+#   shapes     issue 37: probes/shape_probe.py on SHAPE_MODEL (qwen2.5-coder-1.5b) at 4 bits: what a 256-token chunk at
+#              4k context costs the first time the process meets its shape (a new key length; a new size at a known
+#              key length), under the default settings, cuDNN attention off, CUDA graphs off (~150 s, an estimate):
+#              whether stall_free's 67-78 ms steps on the H100 are first uses, and of which cache
 #   apart      issue 36 item 3: probes/decode_apart_probe.py on APART_MODEL (qwen2.5-0.5b) at 4 bits, in one process:
 #              a chat of 1,500 tokens streaming 256 beside back-to-back 16,000-token documents asking for 8 tokens,
 #              with the documents joining its batch or decoding apart (decode_apart=4096), 5 repeats alternating,
@@ -126,6 +130,10 @@
 #      with the H100 file first renamed to named history (tune_MODEL_before_unpacked.json). The tune part resumes by itself where the platform's file exists (TUNE_FRESH=1
 #      runs tune anew), so one command serves an H200 (resume) and an H100 (a fresh tune there, or its resume). Also on the H200:
 #      llama-3.2-1b recorded (fresh ~500 s + resume ~150 s, as on the H100);
+#   1a. FIRST, before the tunes of item 1 (one call, ~150 s): `bash scripts/h200_batch.sh shapes`: if a new key length
+#      costs tens of ms with cuDNN on and not off, the shape rule is right and its cost term should be large;
+#      if a new size costs it and a new key does not, the size rule was right and the cause lies elsewhere
+#      (then CUDA graphs: compare graphs_off);
 #   1b. why a packed step is slow with cuDNN attention (probably a cuDNN graph built per new attention shape): a
 #      probe of a packed stall_free step with cuDNN attention on and off, a new shape against a repeated one; if
 #      the packed path can avoid it, packs_well can say yes again on CUDA;
@@ -233,6 +241,14 @@ case "$part" in
     # one chunk forward by its exact size (round, and a token or two off), at 0 and 8k context
     export MLX_CUDA_USE_CUDNN_SDPA=0
     T=${T_CHUNKS:-240} run $PY -m probes.chunk_probe $M --repeats ${REPEATS:-5} ;;
+  shapes)
+    # what a chunk's first use of a shape costs (a new key length, a new size), under mlx's default backend
+    # settings, with cuDNN attention off, and with CUDA graphs off: one process each (mlx reads them once)
+    m=${SHAPE_MODEL:-qwen2.5-coder-1.5b}
+    P="$PY -m probes.shape_probe --model $m --bits 4 --tokens ${SHAPE_TOKENS:-256} --context ${SHAPE_CONTEXT:-4096}"
+    T=150 run $P --name "shape_probe_$m" --label default
+    T=150 run env MLX_CUDA_USE_CUDNN_SDPA=0 $P --name "shape_probe_$m" --label cudnn_off
+    T=150 run env MLX_USE_CUDA_GRAPHS=0 $P --name "shape_probe_$m" --label graphs_off ;;
   decodes)
     # does a lone decode's cost depend on what ran before it (packed steps, big prefills, the profile)?
     export MLX_CUDA_USE_CUDNN_SDPA=0
