@@ -434,3 +434,16 @@ def test_named_history_is_told_apart_by_name_also_when_a_model_name_has_a_dot(tm
     s = _store(tmp_path, {"h100/serve_http_qwen2.5-0.5b": DOC, "h100/serve_http_qwen2.5-0.5b_before_fix": DOC})
     md, _ = render_markdown(s, source='{% for f in like("h100", "serve_http_*") | reject("history") %}{{ f }};{% endfor %}')
     assert md == "h100/serve_http_qwen2.5-0.5b;"
+
+
+def test_a_named_history_file_deciding_a_claim_too_is_marked_as_history_in_its_cell():
+    """The scorecard's "also" line names the other files that decide a claim; one kept as named
+    history (``*_before_*``) says so, so a reader does not take it for current evidence."""
+    from mlxlab.paper.scorecard import _cell
+
+    entries = [{"file": f"data/results/h100/{n}.json", "verdict": v, "measured": {"tau": 0.6}}
+               for n, v in (("tune_llama-3.2-1b", "not reproduced"), ("tune_qwen2.5-coder-1.5b", "not reproduced"),
+                            ("tune_llama-3.2-1b_before_unpacked", "reproduced"))]
+    also = _cell(entries).split("also: ")[1]
+    assert "tune_llama-3.2-1b_before_unpacked.json reproduced (named history)" in also
+    assert "tune_qwen2.5-coder-1.5b.json not reproduced;" in also and also.count("named history") == 1

@@ -15,7 +15,7 @@ from __future__ import annotations
 import html
 from typing import Dict, List, Optional, Sequence
 
-from mlxlab.paper.context import ResultsStore
+from mlxlab.paper.context import ResultsStore, is_history
 from mlxlab.paper.format import measured_text
 
 #: the platforms every scorecard shows, in this order, with their column titles
@@ -114,7 +114,9 @@ def _cell(entries: List[Dict]) -> str:
             + f"<br>{_escape(measured_text(first['measured'], limit=3))}"
             f"<br><small>{name(first)}</small>")
     if rest:
-        text += "<br><small>also: " + "; ".join(f"{name(e)} {html.escape(str(e['verdict']))}" for e in rest) + "</small>"
+        text += "<br><small>also: " + "; ".join(
+            f"{name(e)} {html.escape(str(e['verdict']))}" + (" (named history)" if is_history(e["file"]) else "")
+            for e in rest) + "</small>"
     return text
 
 
