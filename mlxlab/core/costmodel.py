@@ -73,9 +73,13 @@ Each term, and what it stands for in the engine (:mod:`mlxlab.engine`):
   in an LRU of ``MLX_CUDA_SDPA_CACHE_SIZE`` graphs (256 by default;
   ``mlx/backend/cuda/scaled_dot_product_attention.cpp``). There a chunk whose size follows the
   decode batch (``stall_free``'s budget less its decode rows) or is chosen anew each step
-  (``slo``) meets a new shape nearly every step: on an H100 their chat's median ITL was
-  50-100 ms against 2-12 ms for fixed chunk sizes (``data/results/h100/tune_*.json``), which
-  a size-keyed term cannot see.
+  (``slo``) meets a new shape nearly every step, while a fixed chunk size meets the same shapes
+  prompt after prompt: on an H100 ``stall_free`` at a 256-token budget gave the chat a median ITL
+  of 67-78 ms against 26-31 ms for ``interleave`` at 256-token chunks
+  (``data/results/h100/tune_*.json``), a gap a size-keyed term cannot see. How much of it first
+  uses explain is not settled: the H200's validations with cuDNN on, counted again by shape, fit
+  about 2 ms per new shape (``mlxlab validate-sim --rescore FILE --cold-key shape``);
+  ``probes/shape_probe.py`` measures a first use directly.
 * ``prefill_chunks``: per chunk forward (its fixed cost); ``prefill_tokens``: tokens pushed
   through the linear layers; ``prefill_attention``: query-key pairs of the chunks' attention
   (``n * context + n**2 / 2`` per chunk); ``prefill_attention_unaligned``: the pairs of chunks

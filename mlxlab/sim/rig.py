@@ -12,10 +12,10 @@ import random
 import time
 from typing import List, Optional, Sequence, Tuple
 
+from mlxlab.core.costmodel import WarmShapes
 from mlxlab.core.plan import SchedulerState, StepPlan
 from mlxlab.core.presets import model_limits
 from mlxlab.core.request import Request, StepRecord
-from mlxlab.core.costmodel import WarmShapes
 from mlxlab.engine.fused import can_fuse, cold_keying
 from mlxlab.engine.loop import Engine
 from mlxlab.policies.base import Policy
