@@ -24,6 +24,17 @@ FUSABLE_TYPES = ("llama", "qwen2")
 SDPA_CACHE_DEFAULT = 256  # mlx's MLX_CUDA_SDPA_CACHE_SIZE default (cuDNN attention graphs kept)
 
 
+def cudnn_attention() -> bool:
+    """Whether the default device is mlx's CUDA backend with cuDNN attention on (its default;
+    ``MLX_CUDA_USE_CUDNN_SDPA=0`` turns it off, read once by mlx at its first attention)."""
+    import os
+
+    cuda = getattr(mx, "cuda", None)
+    if mx.default_device() != mx.gpu or cuda is None or not cuda.is_available():
+        return False
+    return os.environ.get("MLX_CUDA_USE_CUDNN_SDPA", "1") != "0"
+
+
 def packs_well() -> Tuple[bool, str]:
     """``(True, "")`` where a packed step is the faster way to run a step's decode beside a chunk on
     the default device, else ``(False, why)``. On mlx's CUDA backend with cuDNN attention on (its
@@ -32,12 +43,7 @@ def packs_well() -> Tuple[bool, str]:
     (46 ms packed with cuDNN attention off; ``data/results/h200/scheduling_cudnn.json`` and
     ``scheduling.json``), and the H100 tunes ran packed ``stall_free`` settings several times slower
     than their simulation (``data/results/h100/tune_*.json``). The CPU and Metal pack as before."""
-    import os
-
-    cuda = getattr(mx, "cuda", None)
-    if mx.default_device() != mx.gpu or cuda is None or not cuda.is_available():
-        return True, ""
-    if os.environ.get("MLX_CUDA_USE_CUDNN_SDPA", "1") == "0":
+    if not cudnn_attention():
         return True, ""
     return False, ("mlx's CUDA backend with cuDNN attention on (MLX_CUDA_USE_CUDNN_SDPA unset): a packed step "
                    "measured several times slower than its decode and chunk back to back")
@@ -52,10 +58,7 @@ def cold_keying() -> Tuple[str, Optional[int], str]:
     warm once its token count ran."""
     import os
 
-    cuda = getattr(mx, "cuda", None)
-    if mx.default_device() != mx.gpu or cuda is None or not cuda.is_available():
-        return "size", None, ""
-    if os.environ.get("MLX_CUDA_USE_CUDNN_SDPA", "1") == "0":
+    if not cudnn_attention():
         return "size", None, ""
     raw = os.environ.get("MLX_CUDA_SDPA_CACHE_SIZE", "")
     capacity = int(raw) if raw.strip().isdigit() and int(raw) > 0 else SDPA_CACHE_DEFAULT
