@@ -25,13 +25,10 @@ import sys
 import time
 from pathlib import Path
 
-import altair as alt
 import mlx.core as mx
-import pandas as pd
 from mlx_lm.models.cache import make_prompt_cache
 
 from mlxlab.core.paths import ROOT
-from mlxlab.notebook.plots import save_figure
 from probes import common
 
 SIZES = "2048,2047,2040,2056,1024,1023,1016,1000,512,511,510,508,504,496,480,256,255,128"
@@ -107,6 +104,13 @@ def main(argv=None) -> int:
 def plot(path: str) -> int:
     """Chunk time against chunk size, one line per context, each point marked by how its key
     length (context + size) is aligned: a multiple of 8, of 4 or 2, or odd."""
+    # the figure's libraries here, not at the top: the GPU bundle (and the shape probe, which imports
+    # prefilled) has no altair or pandas
+    import altair as alt
+    import pandas as pd
+
+    from mlxlab.notebook.plots import save_figure
+
     doc = json.loads(Path(path).read_text())
     df = pd.DataFrame(doc["rows"])
     key = df.context + df.tokens
