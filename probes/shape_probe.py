@@ -2,7 +2,7 @@
 
 On an H100 with cuDNN attention on (mlx's default), ``stall_free`` at a 256-token budget gave the
 chat a median ITL of 67-78 ms where ``interleave`` at 256-token chunks gave 26-31 ms
-(``data/results/h100/tune_*.json``). Both run about 256 prompt tokens per step; ``stall_free``'s
+(``data/results/h100/tune_*_before_shape_cold.json``). Both run about 256 prompt tokens per step; ``stall_free``'s
 chunk follows the decode batch, so its (query, key) shape is new nearly every step, while a fixed
 chunk size meets the same shapes prompt after prompt. mlx keeps one cuDNN attention graph per exact
 query, key and value shape and stride, and CUDA graphs of whole forwards besides. This probe asks

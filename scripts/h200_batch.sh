@@ -110,6 +110,13 @@
 # interleave-256's 26-31 ms: mlx keeps one cuDNN attention graph per exact shape, and a chunk that follows the decode
 # batch meets a new shape nearly every step. Since then the profile counts cold chunks by shape on that backend
 # (mlxlab.engine.fused.cold_keying); a cached profile of the older rule is not reused.
+# 12-06 (#11): five H100 calls (no H200 came; 1,687 s held): the llama file of #10 resumed to 35 of 36 (the shape
+# probe failed in that call on an altair import, fixed in 8d61bdb); at 8d61bdb the shapes part (110 s: a new key
+# length or a new size costs +66 ms on first use with cuDNN on, +4-8 ms off, +70 ms with CUDA graphs off: the cuDNN
+# graph per shape), then, after renaming the H100 files to *_before_shape_cold, the shape-keyed tune of coder-1.5b
+# fresh (544 s: profile 26 s, simulation 31 s, confirmation 142 s, 17 runs) and resumed (384 s, the other 19 runs:
+# tau 0.84/0.84, regret 0%: rank and regret reproduced, speed 0.29x not), and llama-3.2-1b fresh (242 s: tune, 5 of
+# its 36 sweep runs). The profiles fitted 58-62 ms per cold chunk.
 #   0. (done in one process on an H100 on 12-06 #9: joined 13.0 ms, apart 13.1 ms, no effect; the HTTP variant is
 #      left: it would only say whether the server's extra lies elsewhere) decode_apart on the GPU (issue 36 item 3): HTTP_MODEL=qwen2.5-0.5b HTTP_POLICIES="slo slo:decode_apart=4096"
 #      HTTP_NAME=http_levers_qwen2.5-0.5b_decode_apart (~390 s, any card: the levers files are H100's, so an H100
@@ -118,10 +125,10 @@
 #      ~90 s, the call was stopped at 339 s and brought back nothing (tr buffered the log; fixed, and files now
 #      reach $OUT as they are written). Give it a call of its own with >= 450 s of device time; the apart part
 #      (~150 s) measures the same in one process first and needs no mlx_lm.server: run it in the same session;
-#   1. (next: test the shape-keyed cold term, at a commit after it) on an H100 or the H200, TUNE_FRESH=1 tune
-#      coder-1.5b and llama-3.2-1b recorded (rename an H100 file first to tune_MODEL_before_shape_cold.json), then
-#      resume calls until 36 runs; llama's H100 file at 9248b80 still lacks 2 runs (a resume call of ~40 s can finish
-#      it before the rename). Whether tau on the objective reaches 0.8 is the question. Earlier text of this item:
+#   1. (next) on an H100: resume llama-3.2-1b (T_TUNE=560 TUNE_MODEL=llama-3.2-1b bash scripts/h200_batch.sh tune:
+#      31 runs of 10-30 s, one call of ~560 s, maybe a second short one); coder-1.5b's is whole (12-06 #11). On the
+#      H200 (its file has the old grid and rule): TUNE_FRESH=1 coder-1.5b, then resume calls; then llama-3.2-1b the
+#      same. Earlier text of this item:
 #      tune on coder-1.5b recorded with its sweep, FRESH (TUNE_FRESH=1 in the first call, T_TUNE=560): since 12-06 #9
 #      tune's grid runs stall_free unpacked on CUDA with cuDNN on (mlxlab.engine.fused.packs_well), the fix for the
 #      rank claim that the H100 files (packed stall_free, tau 0.29-0.57 on the SLO ratio) measured before it; the
@@ -130,13 +137,14 @@
 #      with the H100 file first renamed to named history (tune_MODEL_before_unpacked.json). The tune part resumes by itself where the platform's file exists (TUNE_FRESH=1
 #      runs tune anew), so one command serves an H200 (resume) and an H100 (a fresh tune there, or its resume). Also on the H200:
 #      llama-3.2-1b recorded (fresh ~500 s + resume ~150 s, as on the H100);
-#   1a. FIRST, before the tunes of item 1 (one call, ~150 s): `bash scripts/h200_batch.sh shapes`: if a new key length
+#   1a. (done on an H100, 12-06 #11: the shape rule is right) `bash scripts/h200_batch.sh shapes`: if a new key length
 #      costs tens of ms with cuDNN on and not off, the shape rule is right and its cost term should be large;
 #      if a new size costs it and a new key does not, the size rule was right and the cause lies elsewhere
 #      (then CUDA graphs: compare graphs_off);
-#   1b. why a packed step is slow with cuDNN attention (probably a cuDNN graph built per new attention shape): a
-#      probe of a packed stall_free step with cuDNN attention on and off, a new shape against a repeated one; if
-#      the packed path can avoid it, packs_well can say yes again on CUDA;
+#   1b. why a packed step is slow with cuDNN attention: the shapes probe (12-06 #11) says a new attention shape costs
+#      ~66 ms on first use, which a packed step meets as an unpacked one does; left: a packed stall_free step with
+#      cuDNN on and off at a repeated shape, to see whether packing costs anything beyond the shapes (then
+#      packs_well could say yes again on CUDA);
 #   2. (done on an H100 on 12-06, see above) the levers on the chat's p99 (issue 36 item 3): HTTP_MODEL=qwen2.5-0.5b
 #      HTTP_POLICIES="slo slo:chunk_size=1024 slo:chunk_size=512" (~400 s): the chat's ITL p99 over its solo p99
 #      against the documents/min each costs (the target allows 10% below the best); and the same scene with the

@@ -447,3 +447,16 @@ def test_a_named_history_file_deciding_a_claim_too_is_marked_as_history_in_its_c
     also = _cell(entries).split("also: ")[1]
     assert "tune_llama-3.2-1b_before_unpacked.json reproduced (named history)" in also
     assert "tune_qwen2.5-coder-1.5b.json not reproduced;" in also and also.count("named history") == 1
+
+
+def test_a_scorecard_cell_leads_with_a_current_decided_verdict_not_history_or_a_run_not_yet_whole(tmp_path):
+    """Among a platform's files deciding one claim, ``deciding`` (and so a scorecard cell's first
+    entry and ``stored()``) puts a decided verdict of a current file first, then a "not measured" one
+    (a sweep not yet whole), then named history, whatever their names' order."""
+    claim = "mlx-serve-vs-mlxlm-throughput"
+    mk = lambda v: _verdicts_doc(verdict(claim, v, measured={}, rule="r", fairness="f"))  # noqa: E731
+    s = _store(tmp_path, {"h100/serve_http_a": mk("not measured"), "h100/serve_http_a_before_fix": mk("reproduced"),
+                          "h100/serve_http_b": mk("not reproduced")})
+    order = [p.stem for p, _ in s.deciding("h100", claim)]
+    assert order == ["serve_http_b", "serve_http_a", "serve_http_a_before_fix"]
+    assert s.verdict("h100", claim).verdict == "not reproduced"

@@ -76,10 +76,13 @@ Each term, and what it stands for in the engine (:mod:`mlxlab.engine`):
   (``slo``) meets a new shape nearly every step, while a fixed chunk size meets the same shapes
   prompt after prompt: on an H100 ``stall_free`` at a 256-token budget gave the chat a median ITL
   of 67-78 ms against 26-31 ms for ``interleave`` at 256-token chunks
-  (``data/results/h100/tune_*.json``), a gap a size-keyed term cannot see. How much of it first
-  uses explain is not settled: the H200's validations with cuDNN on, counted again by shape, fit
-  about 2 ms per new shape (``mlxlab validate-sim --rescore FILE --cold-key shape``);
-  ``probes/shape_probe.py`` measures a first use directly.
+  (``data/results/h100/tune_*_before_shape_cold.json``), a gap a size-keyed term cannot see.
+  ``probes/shape_probe.py`` measured a first use directly on the H100: a 256-token chunk at 4k
+  context cost 66 ms more the first time the process met its key length (or its size), 4-8 ms
+  more with cuDNN attention off, 70 ms more with CUDA graphs off
+  (``data/results/h100/shape_probe_*.json``); the shape-keyed profiles of the tunes that followed
+  fitted 58-62 ms per cold chunk, and their simulator ranked the grid as the engine did
+  (``data/results/h100/tune_qwen2.5-coder-1.5b.json``, tau 0.84 where the size rule gave 0.60).
 * ``prefill_chunks``: per chunk forward (its fixed cost); ``prefill_tokens``: tokens pushed
   through the linear layers; ``prefill_attention``: query-key pairs of the chunks' attention
   (``n * context + n**2 / 2`` per chunk); ``prefill_attention_unaligned``: the pairs of chunks

@@ -42,7 +42,7 @@ def packs_well() -> Tuple[bool, str]:
     measured a packed ``stall_free`` step at 102 ms against 36 ms for the same step back to back
     (46 ms packed with cuDNN attention off; ``data/results/h200/scheduling_cudnn.json`` and
     ``scheduling.json``), and the H100 tunes ran packed ``stall_free`` settings several times slower
-    than their simulation (``data/results/h100/tune_*.json``). The CPU and Metal pack as before."""
+    than their simulation (``data/results/h100/tune_*_before_unpacked.json``). The CPU and Metal pack as before."""
     if not cudnn_attention():
         return True, ""
     return False, ("mlx's CUDA backend with cuDNN attention on (MLX_CUDA_USE_CUDNN_SDPA unset): a packed step "

@@ -351,14 +351,17 @@ class ResultsStore:
 
     def deciding(self, platform: str, claim_id: str) -> List[Tuple[Path, dict]]:
         """The files of ``platform`` that decide ``claim_id``, the claim's own experiment files
-        first (in the order the claims file names them), then variants (``scheduling_slo``)."""
+        first (in the order the claims file names them), then variants (``scheduling_slo``); among
+        them, current files before named history (``*_before_*``) and a decided verdict before a
+        "not measured" one (a run not yet whole), so a scorecard cell leads with current evidence."""
         found = self.stored_verdicts(platform).get(claim_id, [])
         exps = list(self.claims()[claim_id].experiments) if claim_id in self.claims() else []
 
         def rank(item):  # a platform's own files before its notebook campaign's
             stem, camp = item[0].stem, "campaign" in item[0].parent.parts
+            late = (is_history(stem), item[1].get("verdict") == "not measured")
             exact = [i for i, e in enumerate(exps) if stem == e]
-            return (camp, 0, exact[0], str(item[0])) if exact else (camp, 1, len(exps), str(item[0]))
+            return (camp, *late, 0, exact[0], str(item[0])) if exact else (camp, *late, 1, len(exps), str(item[0]))
 
         return sorted(found, key=rank)
 
