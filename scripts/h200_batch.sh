@@ -137,6 +137,11 @@
 #      with the H100 file first renamed to named history (tune_MODEL_before_unpacked.json). The tune part resumes by itself where the platform's file exists (TUNE_FRESH=1
 #      runs tune anew), so one command serves an H200 (resume) and an H100 (a fresh tune there, or its resume). Also on the H200:
 #      llama-3.2-1b recorded (fresh ~500 s + resume ~150 s, as on the H100);
+#   1c. (after item 1, any card, ~2 calls) the remedy the shape-keyed cost model points at: since 12-06 #11 tune's
+#      grid on such a device runs stall_free with key_align = half its budget (its chunks end on few key lengths,
+#      so shapes repeat). probes/key_align_sim.py on the H100 tune files predicts a lower chat ITL p99 at every
+#      budget. To measure it: rename the platform's tune_qwen2.5-coder-1.5b.json to *_before_key_align.json, then
+#      TUNE_FRESH=1 T_TUNE=560 TUNE_MODEL=qwen2.5-coder-1.5b bash scripts/h200_batch.sh tune, and resume calls;
 #   1a. (done on an H100, 12-06 #11: the shape rule is right) `bash scripts/h200_batch.sh shapes`: if a new key length
 #      costs tens of ms with cuDNN on and not off, the shape rule is right and its cost term should be large;
 #      if a new size costs it and a new key does not, the size rule was right and the cause lies elsewhere

@@ -130,6 +130,22 @@ def test_stall_free_ends_chunks_on_aligned_key_lengths():
     assert pol.schedule(SchedulerState(0, 4096, [last], [])).prefill == [(4, 5)]
 
 
+
+def test_an_aligned_cut_is_never_negative_when_the_prompt_is_already_off_the_alignment():
+    """``align_chunk`` cuts a chunk back to end on a key length that is a multiple of ``key_align``;
+    a prompt already off it (a prefix restored at an odd length) whose chunk is shorter than the
+    overshoot has no aligned cut: 0, never a negative size (``slo`` at key_align=256 planned a
+    chunk of -32 tokens in a simulated H100 grid before this), and ``slo`` then keeps its chunk."""
+    from mlxlab.core.plan import align_chunk
+
+    off = SeqView(1, "b", 0, 4000, 100)  # 100 tokens in: 20 more end at 120, 136 short of 256
+    assert align_chunk(20, off, 256) == 0
+    assert align_chunk(200, off, 256) == 156 and (100 + 156) % 256 == 0
+    pol = make_policy("slo", itl_target_s=0.02, min_chunk=16, max_chunk=32, key_align=256)
+    plan = pol.schedule(SchedulerState(0, 4096, [off], []))
+    check_plan(plan, SchedulerState(0, 4096, [off], []))
+    assert plan.prefill and all(n > 0 for _, n in plan.prefill)
+
 def _fitted_cost_model():
     # synthetic truth: 5 ms per decode step + 20 us per prefill token + 1 ms per chunk
     rng = np.random.default_rng(0)

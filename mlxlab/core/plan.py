@@ -83,7 +83,10 @@ def align_chunk(n: int, s: SeqView, key_align: int, up: bool = False) -> int:
     if up:
         grown = n + (-(s.prefilled_tokens + n)) % key_align
         return grown if grown < s.remaining_prefill else n
-    return n - (s.prefilled_tokens + n) % key_align
+    # at least 0: a prompt already off the alignment (a prefix restored at an odd length, an earlier
+    # chunk that ended its step unaligned) with fewer than its overshoot left in the chunk has no
+    # aligned cut (``slo`` then keeps ``n``; ``stall_free`` leaves it for another step)
+    return max(0, n - (s.prefilled_tokens + n) % key_align)
 
 
 

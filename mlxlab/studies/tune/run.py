@@ -29,25 +29,33 @@ from pathlib import Path
 from typing import Callable, Dict, List, Optional, Sequence
 
 from mlxlab.core.paths import data_dir
+from mlxlab.core.plan import KEY_ALIGN
 from mlxlab.studies.tune.slo import (SLO, check, choose, figure, objective_name, pareto, parse_objective, slo_table,
                                      solo_needed, worst_ratio)
 
 BASELINE = "mlx_lm.BatchGenerator"
 
 
-def default_grid(quick: bool = False, max_prompt: int = 4096, packed: bool = True) -> List[dict]:
+def default_grid(quick: bool = False, max_prompt: int = 4096, packed: bool = True,
+                 shape_keyed: bool = False) -> List[dict]:
     """The settings tune simulates: ``label``, ``policy``, ``chunk_size``, ``options``. Chunk sizes
     above the longest prompt are left out (they all run as the longest). ``packed`` False (a device
     where packed steps are slow: :func:`mlxlab.engine.fused.packs_well`): ``stall_free`` runs its
     decode and chunk back to back (``fuse: False``, in its options, so the engine, the simulator and
-    the ``serve`` line all run it so)."""
+    the ``serve`` line all run it so). ``shape_keyed`` (a device that prepares attention per exact
+    shape: :func:`mlxlab.engine.fused.cold_keying`): ``stall_free``'s chunks end on key lengths
+    that are multiples of half its budget (``key_align``), so its shapes repeat prompt after prompt
+    instead of following the decode batch to a new one nearly every step; simulated on the H100
+    profiles of coder-1.5b and llama-1b, half the budget was the best of 8-512 or near it for each
+    budget (``probes/key_align_sim.py``)."""
     chunks = [64, 256] if quick else [256, 512, 1024, 2048, 4096]
     budgets = [128] if quick else [256, 512, 1024]
     fit = [c for c in chunks if c < max_prompt] + [min(c for c in chunks if c >= max_prompt)] \
         if any(c >= max_prompt for c in chunks) else chunks
     grid = [{"label": f"interleave-{c}", "policy": "interleave", "chunk_size": c, "options": {}} for c in fit]
     grid += [{"label": f"stall_free-{b}", "policy": "stall_free", "chunk_size": 2048,
-              "options": {"token_budget": b, **({} if packed else {"fuse": False})}} for b in budgets]
+              "options": {"token_budget": b, **({} if packed else {"fuse": False}),
+                          **({"key_align": max(KEY_ALIGN, b // 2)} if shape_keyed else {})}} for b in budgets]
     grid += [{"label": f"slo-{c}", "policy": "slo", "chunk_size": c, "options": {}} for c in fit[-2:]]
     if not quick:
         grid += [{"label": f"admission_gate-{c}", "policy": "admission_gate", "chunk_size": c, "options": {}}
@@ -209,10 +217,11 @@ def tune(model, arrivals: list, slos: Sequence[SLO], *, objective: Optional[str]
     obj_tenant, _ = parse_objective(objective)
     if obj_tenant not in tenants and obj_tenant != "all":
         raise ValueError(f"objective {objective}: the trace has no tenant {obj_tenant!r}")
-    from mlxlab.engine.fused import packs_well
+    from mlxlab.engine.fused import cold_keying, packs_well
 
     packs, packs_why = packs_well()
-    grid = grid or default_grid(quick, max(len(a.prompt) for a in arrivals), packed=packs)
+    grid = grid or default_grid(quick, max(len(a.prompt) for a in arrivals), packed=packs,
+                                shape_keyed=cold_keying()[0] == "shape")
 
     prof = {"cost_model": cost_model, "path": None, "cached": None, "grid": None, "wall_s": 0.0} \
         if cost_model is not None else cached_profile(model, profile_grid(arrivals, grid, quick), reprofile=reprofile,
