@@ -167,7 +167,7 @@ def test_a_sweep_stops_at_its_time_budget_and_resume_runs_only_the_missing_runs(
 
     import mlxlab.core.runner as runner
     import mlxlab.studies.tune.run as tune_run
-    from mlxlab.studies.tune.run import sweep
+    from mlxlab.studies.tune.run import run_order, sweep
 
     calls, saved = [], []
 
@@ -189,11 +189,12 @@ def test_a_sweep_stops_at_its_time_budget_and_resume_runs_only_the_missing_runs(
     assert calls == ["a"] and cut["repeats"] == 0 and cut["repeats_planned"] == 3 and "at 1 of 6 runs" in cut["stopped"]
     assert cut["runs"] == {"a": [cut["runs"]["a"][0]], "b": []} and len(cut["run_wall_s"]["a"]) == 1
     assert cut["rows"] == [] and all(v["verdict"] == "not measured" for v in tune_verdicts({**doc, "sweep": cut}))
-    # resumed: a's run is kept and only b runs in repeat 1, then the rotation goes on (b first in repeat 2);
-    # progress is saved after every run but the last
+    # resumed: a's run is kept and only b runs in repeat 1, then each repeat in its own shuffled order (the
+    # same as a fresh sweep's: run_order); progress is saved after every run but the last
+    assert cut["order"] == "shuffle" and [run_order(["a", "b"], r) for r in (1, 2)] == [["b", "a"], ["b", "a"]]
     whole = sweep(None, [], {**doc, "sweep": cut}, repeats=3, progress=False, say=lambda s: None,
                   on_progress=saved.append)
-    assert calls == ["a", "b", "b", "a", "a", "b"] and whole["repeats"] == 3 and "stopped" not in whole
+    assert calls == ["a", "b", "b", "a", "b", "a"] and whole["repeats"] == 3 and "stopped" not in whole
     assert [sum(map(len, b["runs"].values())) for b in saved] == [1, 2, 3, 4, 5] and len(whole["runs"]["b"]) == 3
     assert [b["repeats"] for b in saved] == [0, 1, 1, 2, 2] and len(whole["repeat_wall_s"]) == 3
     assert whole["wall_s"] == pytest.approx(sum(whole["run_wall_s"]["a"]) + sum(whole["run_wall_s"]["b"]))
@@ -405,3 +406,47 @@ def test_on_a_shape_keyed_device_stall_free_aligns_its_chunks_to_half_its_budget
     before, after = run(plain["stall_free-256"]), run(keyed["stall_free-256"])
     assert after["chat"]["itl_s"]["p50"] < 0.5 * before["chat"]["itl_s"]["p50"]
     assert after["batch"]["ttft_s"]["p50"] < before["batch"]["ttft_s"]["p50"]
+
+
+def test_the_sweep_shuffles_each_repeat_the_same_way_every_time_and_an_older_file_goes_on_rotating(monkeypatch):
+    """What ran before in the process moves a setting's tail, so the sweep and the confirmation run
+    each repeat in its own seeded order (every setting meets other predecessors across repeats, and a
+    resumed sweep or a re-run draws the same orders); a sweep stored before orders were named
+    (no ``order`` in its block) goes on rotating, so one file keeps one protocol."""
+    from mlxlab.core import runner
+    from mlxlab.studies.tune import run as tune_run
+    from mlxlab.studies.tune.run import run_order, sweep
+    from mlxlab.studies.tune.verdict import tune_verdicts
+
+    labels = [f"s{i}" for i in range(12)]
+    orders = [run_order(labels, r) for r in range(3)]
+    assert orders == [run_order(labels, r) for r in range(3)] and all(sorted(o) == sorted(labels) for o in orders)
+    before = [{o[i + 1]: o[i] for i in range(len(o) - 1)} for o in orders]  # each setting's predecessor
+    assert sum(len({b.get(s) for b in before}) > 1 for s in labels) >= 9  # rotation: none
+    assert run_order(labels, 1, "rotation") == labels[1:] + labels[:1]
+    with pytest.raises(ValueError, match="shuffle or rotation"):
+        run_order(labels, 0, "random")
+
+    calls = []
+
+    class _Run:
+        summary = _full_summary(0.01, 0.5)
+
+    monkeypatch.setattr(tune_run, "_fresh", lambda: None)
+    monkeypatch.setattr(tune_run, "_engine", lambda model, s: s["label"])
+    monkeypatch.setattr(runner, "run_workload", lambda ex, wl: calls.append(ex) or _Run())
+    grid = [{"label": k, "policy": "interleave", "chunk_size": 64, "options": {}, "objective_s": 0.5, "slo_ratio": 0.5}
+            for k in ("a", "b", "c")]
+    doc = {"slos": ["chat.itl_p99<=3x"], "solo": {"chat": _full_summary(0.01, 0.5)}, "tenants": ["batch", "chat"],
+           "objective": "batch.ttft_p50", "grid": grid, "choice": {"label": "a"}, "wall_s": {"total": 10.0},
+           "trace": {"requests": 0, "format": "mlxlab"}}
+    fresh = sweep(None, [], doc, repeats=2, progress=False, say=lambda s: None)
+    assert calls == [s["label"] for r in range(2) for s in run_order(grid, r)] and fresh["order"] == "shuffle"
+    assert "shuffled per repeat" in tune_verdicts({**doc, "sweep": fresh})[0]["fairness"]
+    calls.clear()
+    old = {k: v for k, v in fresh.items() if k != "order"}  # as stored before: rotation from here on
+    old["runs"] = {"a": old["runs"]["a"][:1], "b": [], "c": []}
+    old["run_wall_s"] = {"a": [1.0], "b": [], "c": []}
+    more = sweep(None, [], {**doc, "sweep": old}, repeats=2, progress=False, say=lambda s: None)
+    assert calls == ["b", "c", "b", "c", "a"] and more["order"] == "rotation"
+    assert "rotating order" in tune_verdicts({**doc, "sweep": more})[0]["fairness"]

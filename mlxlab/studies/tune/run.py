@@ -10,8 +10,9 @@ confirmed on the engine.
    engine's overlap modes are not in it, as the simulator runs serial steps) on the trace, score
    each setting against the SLOs and the objective, keep the Pareto frontier.
 4. **Confirm** the ``top_k`` best simulated settings (those meeting every SLO first) and mlx-lm's
-   ``BatchGenerator`` on the real engine, replaying the same trace ``repeats`` times in rotating
-   order; the simulator's error on each is kept beside it.
+   ``BatchGenerator`` on the real engine, replaying the same trace ``repeats`` times, repeats
+   outermost, in an order shuffled per repeat (:func:`run_order`); the simulator's error on each is
+   kept beside it.
 5. **Choose** (:func:`mlxlab.studies.tune.slo.choose`) and write a serve command.
 
 Runs serial (``overlap=False``) on the engine too, so the confirmation measures what was simulated.
@@ -23,6 +24,7 @@ import gc
 import hashlib
 import json
 import math
+import random
 import statistics
 import time
 from pathlib import Path
@@ -265,15 +267,14 @@ def tune(model, arrivals: list, slos: Sequence[SLO], *, objective: Optional[str]
     say(f"[tune] simulated {len(grid)} settings in {t_sim - t_prof:.1f} s; {sum(r['meets'] for r in sim_rows)} meet "
         f"the SLOs; confirming {', '.join(r['label'] for r in picked)}" + (f" and {BASELINE}" if baseline else ""))
 
-    # the engine: the candidates and mlx-lm's BatchGenerator, repeats outermost, order rotating
+    # the engine: the candidates and mlx-lm's BatchGenerator, repeats outermost, order shuffled per repeat
     confirm = [{k: r[k] for k in ("label", "policy", "chunk_size", "options")} for r in picked]
     if baseline:
         confirm.append({"label": BASELINE, "policy": BASELINE, "chunk_size": 2048, "options": {}})
     measured: Dict[str, List[dict]] = {c["label"]: [] for c in confirm}
     bar = _bar(repeats * len(confirm), "tune: confirming on the engine") if progress else None
     for r in range(repeats):
-        order = confirm[r % len(confirm):] + confirm[:r % len(confirm)]
-        for c in order:
+        for c in run_order(confirm, r, "shuffle"):
             _fresh()
             measured[c["label"]].append(run_workload(_executor(model, c), _workload(arrivals)).summary)
             if bar is not None:
@@ -347,10 +348,11 @@ def sweep(model, arrivals: list, doc: dict, *, repeats: int = 3, progress: bool 
           say: Callable[[str], None] = print, deadline: Optional[float] = None,
           on_progress: Optional[Callable[[dict], None]] = None) -> dict:
     """The exhaustive engine sweep of ``doc``'s grid on the same trace (``mlxlab tune --sweep``):
-    every setting ``repeats`` times, repeats outermost and order rotating, scored against the same
-    SLOs (the solo figures tune measured) and objective. A ``doc`` that already holds a sweep block
-    (``mlxlab tune --resume``) goes on from its stored runs, a repeat's finished settings too: only
-    the missing runs run, in the rotation's order. ``deadline`` (a ``time.perf_counter()`` value):
+    every setting ``repeats`` times, repeats outermost, in an order shuffled per repeat
+    (:func:`run_order`), scored against the same SLOs (the solo figures tune measured) and
+    objective. A ``doc`` that already holds a sweep block (``mlxlab tune --resume``) goes on from its
+    stored runs, a repeat's finished settings too: only the missing runs run, in the order the block
+    names (a block from before it named one rotated: it goes on rotating). ``deadline`` (a ``time.perf_counter()`` value):
     start a run only where that setting's slowest run so far (else the slowest of any; this call's or
     a stored one's) still fits before it; the block then says ``stopped``. ``on_progress``: called
     with the block after each run but the last (to save progress a time limit could otherwise take:
@@ -365,7 +367,8 @@ def sweep(model, arrivals: list, doc: dict, *, repeats: int = 3, progress: bool 
     # each run's wall time (setup included); a file from before they were stored: its repeats' shares
     took = {s["label"]: list(walls.get(s["label"]) or _shares(prior, len(runs[s["label"]]), len(grid))) for s in grid}
     done = min((len(v) for v in runs.values()), default=0)
-    left = [(r, s) for r in range(done, repeats) for s in grid[r % len(grid):] + grid[:r % len(grid)]
+    order = prior.get("order") or ("rotation" if any(runs.values()) else "shuffle")
+    left = [(r, s) for r in range(done, repeats) for s in run_order(grid, r, order)
             if len(runs[s["label"]]) <= r]
     if any(runs.values()):
         say(f"[tune] sweep: {sum(map(len, runs.values()))} runs stored ({done} whole repeat(s)); {len(left)} to run")
@@ -387,12 +390,30 @@ def sweep(model, arrivals: list, doc: dict, *, repeats: int = 3, progress: bool 
         if bar is not None:
             bar.update(1)
         if on_progress is not None and i + 1 < len(left):
-            on_progress(sweep_block(doc, grid, runs, took, repeats))
+            on_progress({**sweep_block(doc, grid, runs, took, repeats), "order": order})
     if bar is not None:
         bar.close()
-    out = sweep_block(doc, grid, runs, took, repeats, stopped)
+    out = {**sweep_block(doc, grid, runs, took, repeats, stopped), "order": order}
     say(f"[tune] sweep: {len(grid)} settings x {out['repeats']} whole repeats on the engine in {out['wall_s']:.1f} s")
     return out
+
+
+def run_order(items: Sequence, r: int, order: str = "shuffle") -> list:
+    """``items`` in the order repeat ``r`` runs them: ``"shuffle"``, a permutation drawn for that
+    repeat from a fixed seed (the same every run, so a resumed sweep runs the same order), or
+    ``"rotation"``, each repeat moved on by one (sweeps stored before 2026-12-06 #11). Under rotation a
+    setting follows the same one in nearly every repeat, and what ran before in the process moves a
+    setting's tail: on an H100, llama-1b's admission_gate-4096 gave the chat a 7.9 ms ITL p99 run
+    first and 50-71 ms in each repeat after the same predecessor (``data/results/h100/
+    tune_llama-3.2-1b_before_shape_cold.json``); a shuffle spreads that over the repeats' range."""
+    if order not in ("shuffle", "rotation"):
+        raise ValueError(f"order must be shuffle or rotation, got {order!r}")
+    items = list(items)
+    if order == "rotation" or not items:
+        k = r % len(items) if items else 0
+        return items[k:] + items[:k]
+    random.Random(f"mlxlab-tune-order:{r}").shuffle(items)
+    return items
 
 
 def _shares(prior: dict, n: int, settings: int) -> List[float]:

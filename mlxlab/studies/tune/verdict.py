@@ -103,10 +103,11 @@ def evaluation(doc: Mapping) -> dict:
 
 
 def _fair(doc: Mapping) -> str:
-    t = (doc.get("trace") or {})
+    t, sw = (doc.get("trace") or {}), (doc.get("sweep") or {})
+    order = "an order shuffled per repeat" if sw.get("order") == "shuffle" else "rotating order"
     return (f"Tune and the sweep on one model object and one trace ({t.get('requests', '?')} requests, "
             f"{t.get('format', '?')} format), the sweep running every grid setting "
-            f"{(doc.get('sweep') or {}).get('repeats', '?')} times in rotating order after tune; the trace was never "
+            f"{sw.get('repeats', '?')} times in {order} after tune; the trace was never "
             f"used to fit the profile (a fixed device grid).")
 
 
