@@ -269,6 +269,9 @@ def test_mlxlab_tune_on_a_trace_ends_with_a_choice_a_serve_line_and_its_files(tm
     assert len(doc["grid"]) == len(default_grid(True, 150)) and doc["frontier"]
     assert {r["label"] for r in doc["confirmed"]} >= {BASELINE} and doc["choice"]["label"] != BASELINE
     assert doc["solo"]["chat"] and doc["profile"]["cached"] is False and (path.parent / "tune.png").is_file()
+    # the chat's solo runs are timed apart from the simulation (they are engine runs, not simulated ones)
+    w = doc["wall_s"]
+    assert w["solo"] > 0 and w["total"] == pytest.approx(w["profile"] + w["solo"] + w["simulate"] + w["confirm"], abs=0.5)
     assert "mooncake.jsonl" in doc["environment"]["argv"] and str(tmp_path) not in json.dumps(doc["parameters"])
     assert str(tmp_path) not in json.dumps(doc["environment"]["argv"])
     assert serve_settings(str(path))["policy"] == next(r["policy"] for r in doc["confirmed"]
