@@ -107,6 +107,30 @@ def test_padded_final_chunks_leave_outputs_and_caches_as_without(tiny, policy, o
     assert eng._ready[0].cache[0].offset == len(prompts[0]) - 1
 
 
+def test_stall_free_aligned_to_half_its_budget_as_tune_runs_it_on_a_shape_keyed_device_stays_exact(tiny):
+    """Tune's grid on a device that prepares attention per shape runs ``stall_free`` with
+    ``key_align`` half its budget (``default_grid(shape_keyed=True)``): chunks cut to end on multiples
+    of it, final chunks padded up to one (up to ``key_align - 1`` pad tokens, trimmed off). The
+    greedy tokens still equal mlx-lm's, every non-final chunk ends aligned, and each pad is the
+    distance to the next multiple."""
+    from mlxlab.studies.tune.run import default_grid
+
+    quick = next(g["options"] for g in default_grid(True, shape_keyed=True) if g["policy"] == "stall_free")
+    assert quick["key_align"] == quick["token_budget"] // 2
+    opts = {"token_budget": 48, "key_align": 24}  # the same rule at the tiny model's sizes
+    rng = random.Random(13)
+    prompts = prompts_for(rng, tiny.vocab_size, [38, 9, 70, 100, 121])
+    eng = Engine(tiny, policy="stall_free", chunk_size=2048, **opts)
+    reqs = [eng.submit(p, MAX_TOKENS) for p in prompts]
+    eng.run()
+    pads = {rid: pad for s in eng.steps for rid, pad in s.padding.items()}
+    assert pads == {r.id: -(len(p) - 1) % 24 for r, p in zip(reqs, prompts) if (len(p) - 1) % 24}
+    lengths = {r.id: len(p) - 1 for r, p in zip(reqs, prompts)}  # the tokens each prefill runs
+    chunks = [(rid, n, ctx) for s in eng.steps for rid, n, ctx in s.prefill]
+    assert chunks and all((ctx + n) % 24 == 0 for rid, n, ctx in chunks if ctx + n < lengths[rid])
+    for r, p in zip(reqs, prompts):
+        assert_matches(r.output_tokens, cached_reference(tiny, p))
+
 def test_a_prompt_cache_is_sized_for_the_whole_prompt_at_its_first_chunk(tiny):
     """The first chunk of a 300-token prompt allocates room for all of it (mlx-lm's cache would
     grow 256 tokens at a time, reallocating and copying at every overflow); once the prefill is
