@@ -130,6 +130,12 @@ def test_stall_free_aligned_to_half_its_budget_as_tune_runs_it_on_a_shape_keyed_
     assert chunks and all((ctx + n) % 24 == 0 for rid, n, ctx in chunks if ctx + n < lengths[rid])
     for r, p in zip(reqs, prompts):
         assert_matches(r.output_tokens, cached_reference(tiny, p))
+    # slo, aligned coarsely too on such a device (its chunk chosen anew each step): still exact
+    eng = Engine(tiny, policy="slo", chunk_size=64, key_align=32)
+    reqs = [eng.submit(p, MAX_TOKENS) for p in prompts]
+    eng.run()
+    for r, p in zip(reqs, prompts):
+        assert_matches(r.output_tokens, cached_reference(tiny, p))
 
 def test_a_prompt_cache_is_sized_for_the_whole_prompt_at_its_first_chunk(tiny):
     """The first chunk of a 300-token prompt allocates room for all of it (mlx-lm's cache would

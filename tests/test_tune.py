@@ -378,8 +378,8 @@ def test_on_cuda_with_cudnn_attention_cold_chunks_are_counted_by_shape(monkeypat
 
 def test_on_a_shape_keyed_device_stall_free_aligns_its_chunks_to_half_its_budget_and_meets_fewer_shapes():
     """Where attention is prepared per exact shape (cuDNN on mlx's CUDA backend), tune's grid runs
-    ``stall_free`` with ``key_align`` half its budget: its chunks then end on few key lengths, so the
-    shapes repeat prompt after prompt. Simulated with a shape-keyed cost model whose first use of a
+    ``stall_free`` with ``key_align`` half its budget (and ``slo`` at 512): its chunks then end on few
+    key lengths, so the shapes repeat prompt after prompt. Simulated with a shape-keyed cost model whose first use of a
     shape costs 60 ms (the H100's probe found 66 ms), the chat's median gap and the documents' wait
     both shrink; elsewhere the grid is as before."""
     from mlxlab.core.costmodel import FEATURES, StepCostModel
@@ -392,8 +392,9 @@ def test_on_a_shape_keyed_device_stall_free_aligns_its_chunks_to_half_its_budget
     keyed = {g["label"]: g["options"] for g in default_grid(shape_keyed=True)}
     assert keyed["stall_free-256"] == {"token_budget": 256, "key_align": 128}
     assert keyed["stall_free-1024"]["key_align"] == 512 and "key_align" not in plain["stall_free-256"]
-    assert {k: v for k, v in keyed.items() if not k.startswith("stall_free")} == \
-        {k: v for k, v in plain.items() if not k.startswith("stall_free")}
+    assert keyed["slo-4096"] == {"key_align": 512} and plain["slo-4096"] == {}
+    assert {k: v for k, v in keyed.items() if not k.startswith(("stall_free", "slo"))} == \
+        {k: v for k, v in plain.items() if not k.startswith(("stall_free", "slo"))}
 
     cost = {"decode_step": 5e-3, "decode_batch": 3e-4, "prefill_chunks": 10e-3, "prefill_tokens": 15e-6,
             "cold_chunks": 60e-3}

@@ -36,6 +36,8 @@ from mlxlab.studies.tune.slo import (SLO, check, choose, figure, objective_name,
                                      solo_needed, worst_ratio)
 
 BASELINE = "mlx_lm.BatchGenerator"
+#: ``slo``'s chunk alignment in the grid of a device that prepares attention per shape (default_grid)
+SLO_KEY_ALIGN_SHAPES = 512
 
 
 def default_grid(quick: bool = False, max_prompt: int = 4096, packed: bool = True,
@@ -47,9 +49,10 @@ def default_grid(quick: bool = False, max_prompt: int = 4096, packed: bool = Tru
     the ``serve`` line all run it so). ``shape_keyed`` (a device that prepares attention per exact
     shape: :func:`mlxlab.engine.fused.cold_keying`): ``stall_free``'s chunks end on key lengths
     that are multiples of half its budget (``key_align``), so its shapes repeat prompt after prompt
-    instead of following the decode batch to a new one nearly every step; simulated on the H100
-    profiles of coder-1.5b and llama-1b, half the budget was the best of 8-512 or near it for each
-    budget (``probes/key_align_sim.py``)."""
+    instead of following the decode batch to a new one nearly every step, and ``slo``'s (chosen anew
+    each step) on multiples of :data:`SLO_KEY_ALIGN_SHAPES`. Simulated on the H100 profiles of
+    coder-1.5b and llama-1b (``probes/key_align_sim.py``), half the budget was the best of 8-512 or
+    near it for each ``stall_free`` budget, and 512 the best for ``slo`` on both models."""
     chunks = [64, 256] if quick else [256, 512, 1024, 2048, 4096]
     budgets = [128] if quick else [256, 512, 1024]
     fit = [c for c in chunks if c < max_prompt] + [min(c for c in chunks if c >= max_prompt)] \
@@ -58,7 +61,8 @@ def default_grid(quick: bool = False, max_prompt: int = 4096, packed: bool = Tru
     grid += [{"label": f"stall_free-{b}", "policy": "stall_free", "chunk_size": 2048,
               "options": {"token_budget": b, **({} if packed else {"fuse": False}),
                           **({"key_align": max(KEY_ALIGN, b // 2)} if shape_keyed else {})}} for b in budgets]
-    grid += [{"label": f"slo-{c}", "policy": "slo", "chunk_size": c, "options": {}} for c in fit[-2:]]
+    grid += [{"label": f"slo-{c}", "policy": "slo", "chunk_size": c,
+              "options": {"key_align": SLO_KEY_ALIGN_SHAPES} if shape_keyed else {}} for c in fit[-2:]]
     if not quick:
         grid += [{"label": f"admission_gate-{c}", "policy": "admission_gate", "chunk_size": c, "options": {}}
                  for c in fit[-2:]]
