@@ -454,3 +454,36 @@ def test_the_sweep_shuffles_each_repeat_the_same_way_every_time_and_an_older_fil
     more = sweep(None, [], {**doc, "sweep": old}, repeats=2, progress=False, say=lambda s: None)
     assert calls == ["b", "c", "b", "c", "a"] and more["order"] == "rotation"
     assert "rotating order" in tune_verdicts({**doc, "sweep": more})[0]["fairness"]
+
+
+def test_a_resumed_sweep_warms_its_fresh_process_up_with_one_run_it_does_not_keep(monkeypatch):
+    """A resumed sweep starts in a new process, whose first run pays first uses (on an H100, 125 s
+    where the same setting's later runs took 28-30 s): ``warm_up`` runs the first setting to run once
+    more before it and keeps only the second; the block names the warm-up. Nothing left: no run."""
+    from mlxlab.core import runner
+    from mlxlab.studies.tune import run as tune_run
+    from mlxlab.studies.tune.run import run_order, sweep
+
+    calls, seen = [], []
+
+    class _Run:
+        def __init__(self, n):
+            self.summary = _full_summary(0.01, 0.5 + n)  # each run's batch TTFT tells which run it was
+
+    monkeypatch.setattr(tune_run, "_fresh", lambda: None)
+    monkeypatch.setattr(tune_run, "_engine", lambda model, s: s["label"])
+    monkeypatch.setattr(runner, "run_workload", lambda ex, wl: calls.append(ex) or _Run(len(calls) - 1))
+    grid = [{"label": k, "policy": "interleave", "chunk_size": 64, "options": {}, "objective_s": 0.5, "slo_ratio": 0.5}
+            for k in ("a", "b")]
+    doc = {"slos": ["chat.itl_p99<=3x"], "solo": {"chat": _full_summary(0.01, 0.5)}, "tenants": ["batch", "chat"],
+           "objective": "batch.ttft_p50", "grid": grid, "choice": {"label": "a"}, "wall_s": {"total": 10.0},
+           "trace": {"requests": 0, "format": "mlxlab"}}
+    out = sweep(None, [], doc, repeats=1, progress=False, say=lambda s: None, warm_up=True, on_progress=seen.append)
+    first = run_order(grid, 0)[0]["label"]
+    assert calls == [first] + [s["label"] for s in run_order(grid, 0)]
+    assert out["warm_up"]["label"] == first and out["warm_up"]["wall_s"] >= 0 and seen[0]["warm_up"] == out["warm_up"]
+    # the warm-up's run (TTFT 0.5) is not kept: the first kept run of that setting is the second run
+    assert [r["batch"]["ttft_s"]["p50"] for r in out["runs"][first]] == [1.5]
+    calls.clear()
+    again = sweep(None, [], {**doc, "sweep": out}, repeats=1, progress=False, say=lambda s: None, warm_up=True)
+    assert calls == [] and "warm_up" not in again

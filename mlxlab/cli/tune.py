@@ -170,11 +170,14 @@ def _resume(args, slos, t_start: float) -> int:
     say = lambda s: print(s, flush=True)  # noqa: E731
     deadline = t_start + args.time_budget_s if args.time_budget_s else None
 
-    def keep(block):
-        doc["sweep"] = {**block, "calls": calls + [env]}
+    def keep(block):  # this call's warm-up run goes with this call's entry
+        warm = block.pop("warm_up", None)
+        doc["sweep"] = {**block, "calls": calls + [{**env, **({"warm_up": warm} if warm else {})}]}
         write()
 
-    keep(sweep(model, arrivals, doc, repeats=args.repeats, say=say, deadline=deadline, on_progress=keep))
+    # a fresh process: its first run would pay the process's first uses (sweep's warm_up)
+    keep(sweep(model, arrivals, doc, repeats=args.repeats, say=say, deadline=deadline, on_progress=keep,
+               warm_up=True))
     _figure(doc, path.stem, plat, None if args.save else path.parent)
     for v in tune_verdicts(doc):
         print(f"[{v['verdict']}] {v['claim']}")

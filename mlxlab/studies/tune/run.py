@@ -352,7 +352,7 @@ def serve_settings(path: str) -> dict:
 
 def sweep(model, arrivals: list, doc: dict, *, repeats: int = 3, progress: bool = True,
           say: Callable[[str], None] = print, deadline: Optional[float] = None,
-          on_progress: Optional[Callable[[dict], None]] = None) -> dict:
+          on_progress: Optional[Callable[[dict], None]] = None, warm_up: bool = False) -> dict:
     """The exhaustive engine sweep of ``doc``'s grid on the same trace (``mlxlab tune --sweep``):
     every setting ``repeats`` times, repeats outermost, in an order shuffled per repeat
     (:func:`run_order`), scored against the same SLOs (the solo figures tune measured) and
@@ -362,8 +362,13 @@ def sweep(model, arrivals: list, doc: dict, *, repeats: int = 3, progress: bool 
     start a run only where that setting's slowest run so far (else the slowest of any; this call's or
     a stored one's) still fits before it; the block then says ``stopped``. ``on_progress``: called
     with the block after each run but the last (to save progress a time limit could otherwise take:
-    a call of the device tool cut in the middle of a repeat loses one run, not the repeat). Returns
-    the ``sweep`` block of tune.json."""
+    a call of the device tool cut in the middle of a repeat loses one run, not the repeat).
+    ``warm_up`` (a process that has run nothing yet: ``mlxlab tune --resume``): the first setting
+    to run runs once more before it, not kept, so no kept run pays the process's first uses (on an
+    H100 the first run of a resumed call took 125 s where its setting's others took 28-30 s, and
+    167 s against 13 s in another file: ``data/results/h100/tune_llama-3.2-1b*.json``); the block
+    says which setting warmed up and for how long (``warm_up``). Returns the ``sweep`` block of
+    tune.json."""
     from mlxlab.core.runner import run_workload
 
     grid = [{k: r[k] for k in ("label", "policy", "chunk_size", "options")} for r in doc["grid"]]
@@ -378,6 +383,14 @@ def sweep(model, arrivals: list, doc: dict, *, repeats: int = 3, progress: bool 
             if len(runs[s["label"]]) <= r]
     if any(runs.values()):
         say(f"[tune] sweep: {sum(map(len, runs.values()))} runs stored ({done} whole repeat(s)); {len(left)} to run")
+    warm = None
+    if warm_up and left:
+        t_run, label = time.perf_counter(), left[0][1]["label"]
+        _fresh()
+        run_workload(_engine(model, left[0][1]), _workload(arrivals))
+        warm = {"label": label, "wall_s": time.perf_counter() - t_run}
+        say(f"[tune] sweep: warmed the process up with one run of {label} ({warm['wall_s']:.1f} s, not kept)")
+    extra = {"order": order, **({"warm_up": warm} if warm else {})}
     bar = _bar(len(left), "tune: exhaustive engine sweep") if progress else None
     stopped = None
     for i, (r, s) in enumerate(left):
@@ -396,10 +409,10 @@ def sweep(model, arrivals: list, doc: dict, *, repeats: int = 3, progress: bool 
         if bar is not None:
             bar.update(1)
         if on_progress is not None and i + 1 < len(left):
-            on_progress({**sweep_block(doc, grid, runs, took, repeats), "order": order})
+            on_progress({**sweep_block(doc, grid, runs, took, repeats), **extra})
     if bar is not None:
         bar.close()
-    out = {**sweep_block(doc, grid, runs, took, repeats, stopped), "order": order}
+    out = {**sweep_block(doc, grid, runs, took, repeats, stopped), **extra}
     say(f"[tune] sweep: {len(grid)} settings x {out['repeats']} whole repeats on the engine in {out['wall_s']:.1f} s")
     return out
 
