@@ -117,6 +117,11 @@
 # fresh (544 s: profile 26 s, simulation 31 s, confirmation 142 s, 17 runs) and resumed (384 s, the other 19 runs:
 # tau 0.84/0.84, regret 0%: rank and regret reproduced, speed 0.29x not), and llama-3.2-1b fresh (242 s: tune, 5 of
 # its 36 sweep runs). The profiles fitted 58-62 ms per cold chunk.
+# 12-06 (#12): three H100 calls (1,687 s held of 1,800; two failed starts cost ~350 s): at 7f893b6 llama-3.2-1b's
+# shape-keyed tune resumed to its whole sweep (509 s wall, 31 runs: tau 0.78/0.96, regret 13.5% inconclusive); at
+# a5b1afe, after renaming the H100 coder file to *_before_key_align, coder-1.5b fresh with the key_align grid (526 s:
+# profile 121 s, confirmation 156 s, 16 runs) and resumed (254 s: a warm-up run, then the other 20): stall_free-256
+# chat ITL p99 215 -> 43 ms, documents' TTFT 20.3 -> 5.4 s, chosen and the sweep's best (regret 0%), tau 0.50/0.99.
 #   0. (done in one process on an H100 on 12-06 #9: joined 13.0 ms, apart 13.1 ms, no effect; the HTTP variant is
 #      left: it would only say whether the server's extra lies elsewhere) decode_apart on the GPU (issue 36 item 3): HTTP_MODEL=qwen2.5-0.5b HTTP_POLICIES="slo slo:decode_apart=4096"
 #      HTTP_NAME=http_levers_qwen2.5-0.5b_decode_apart (~390 s, any card: the levers files are H100's, so an H100
@@ -125,9 +130,9 @@
 #      ~90 s, the call was stopped at 339 s and brought back nothing (tr buffered the log; fixed, and files now
 #      reach $OUT as they are written). Give it a call of its own with >= 450 s of device time; the apart part
 #      (~150 s) measures the same in one process first and needs no mlx_lm.server: run it in the same session;
-#   1. (next) on an H100: resume llama-3.2-1b (T_TUNE=560 TUNE_MODEL=llama-3.2-1b bash scripts/h200_batch.sh tune:
-#      31 runs of 10-30 s, one call of ~560 s, maybe a second short one); coder-1.5b's is whole (12-06 #11). On the
-#      H200 (its file has the old grid and rule): TUNE_FRESH=1 coder-1.5b, then resume calls; then llama-3.2-1b the
+#   1. (next: the H200; the H100 files are whole since 12-06 #12) on an H100, llama-3.2-1b with the key_align grid
+#      as coder's (rename h100/tune_llama-3.2-1b.json to *_before_key_align.json, then TUNE_FRESH=1 and a resume
+#      call, ~800 s). On the H200 (its file has the old grid and rule): TUNE_FRESH=1 coder-1.5b, then resume calls; then llama-3.2-1b the
 #      same. Earlier text of this item:
 #      tune on coder-1.5b recorded with its sweep, FRESH (TUNE_FRESH=1 in the first call, T_TUNE=560): since 12-06 #9
 #      tune's grid runs stall_free unpacked on CUDA with cuDNN on (mlxlab.engine.fused.packs_well), the fix for the
@@ -137,7 +142,7 @@
 #      with the H100 file first renamed to named history (tune_MODEL_before_unpacked.json). The tune part resumes by itself where the platform's file exists (TUNE_FRESH=1
 #      runs tune anew), so one command serves an H200 (resume) and an H100 (a fresh tune there, or its resume). Also on the H200:
 #      llama-3.2-1b recorded (fresh ~500 s + resume ~150 s, as on the H100);
-#   1c. (after item 1, any card, ~2 calls) the remedy the shape-keyed cost model points at: since 12-06 #11 tune's
+#   1c. (done for coder-1.5b on an H100, 12-06 #12: the remedy holds on the engine; llama is item 1) the remedy the shape-keyed cost model points at: since 12-06 #11 tune's
 #      grid on such a device runs stall_free with key_align = half its budget (its chunks end on few key lengths,
 #      so shapes repeat). probes/key_align_sim.py on the H100 tune files predicts a lower chat ITL p99 at every
 #      budget. To measure it: rename the platform's tune_qwen2.5-coder-1.5b.json to *_before_key_align.json, then

@@ -82,7 +82,8 @@ Each term, and what it stands for in the engine (:mod:`mlxlab.engine`):
   more with cuDNN attention off, 70 ms more with CUDA graphs off
   (``data/results/h100/shape_probe_*.json``); the shape-keyed profiles of the tunes that followed
   fitted 58-62 ms per cold chunk, and their simulator ranked the grid as the engine did
-  (``data/results/h100/tune_qwen2.5-coder-1.5b.json``, tau 0.84 where the size rule gave 0.60).
+  (``data/results/h100/tune_qwen2.5-coder-1.5b_before_key_align.json``, tau 0.84 where the size
+  rule gave 0.60; the tune after it, with chunks aligned coarsely, has far fewer cold chunks).
 * ``prefill_chunks``: per chunk forward (its fixed cost); ``prefill_tokens``: tokens pushed
   through the linear layers; ``prefill_attention``: query-key pairs of the chunks' attention
   (``n * context + n**2 / 2`` per chunk); ``prefill_attention_unaligned``: the pairs of chunks
