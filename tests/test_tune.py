@@ -487,3 +487,29 @@ def test_a_resumed_sweep_warms_its_fresh_process_up_with_one_run_it_does_not_kee
     calls.clear()
     again = sweep(None, [], {**doc, "sweep": out}, repeats=1, progress=False, say=lambda s: None, warm_up=True)
     assert calls == [] and "warm_up" not in again
+
+
+def test_slo_ratio_pairs_the_sweeps_repeats_cannot_order_are_told_apart_from_misranks():
+    """The binding SLO's ratio gets a per-repeat range from the stored runs (each repeat scored
+    alone), so a pair the simulator swaps is flagged as within the repeats' spread only when the
+    ranges overlap; with no runs the range is unknown and the pair counts as ordered."""
+    from mlxlab.studies.tune.verdict import evaluation, ratio_range
+
+    solo = {"chat": _full_summary(0.010, 0.5)}  # the chat alone: ITL p99 10 ms, so 3x is 30 ms
+    runs = {"a": [_full_summary(p, 0.5) for p in (0.030, 0.045, 0.036)],   # ratios 1.0, 1.5, 1.2
+            "b": [_full_summary(p, 0.5) for p in (0.033, 0.039, 0.042)],   # 1.1, 1.3, 1.4: overlaps a
+            "c": [_full_summary(p, 0.5) for p in (0.090, 0.093, 0.096)]}   # 3.0-3.2: apart from both
+    assert ratio_range({"slos": ["chat.itl_p99<=3x"], "solo": solo, "sweep": {"runs": runs, "repeats": 3}},
+                       "a") == pytest.approx([1.0, 1.5])
+    assert ratio_range({"slos": ["chat.itl_p99<=3x"], "solo": solo, "sweep": {"runs": runs, "repeats": 2}},
+                       "a") == pytest.approx([1.0, 1.5])  # repeats 2: the first two runs only
+    assert ratio_range({"slos": ["chat.itl_p99<=3x"], "solo": solo, "sweep": {"runs": {}, "repeats": 3}}, "a") is None
+    med = {"a": 1.2, "b": 1.3, "c": 3.1}
+    sim = {"a": 1.4, "b": 1.1, "c": 1.0}  # b before a (noise) and c first (a misrank)
+    doc = {"slos": ["chat.itl_p99<=3x"], "solo": solo, "choice": {"label": "a"}, "wall_s": {"total": 1.0},
+           "grid": [{"label": k, "objective_s": 1.0 + i, "slo_ratio": sim[k]} for i, k in enumerate("abc")],
+           "sweep": {"runs": runs, "repeats": 3, "wall_s": 10.0,
+                     "rows": [{"label": k, "objective_s": 1.0 + i, "objective_range_s": [1.0 + i, 1.0 + i],
+                               "slo_ratio": med[k], "meets": False} for i, k in enumerate("abc")]}}
+    pairs = {tuple(d["pair"]): d["measured_overlap"] for d in evaluation(doc)["discordant_slo"]}
+    assert pairs == {("a", "b"): True, ("a", "c"): False, ("b", "c"): False}

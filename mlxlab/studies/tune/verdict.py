@@ -7,7 +7,8 @@ the same grid on the same trace, and the claims it decides from stored data.
 * ``mlx-tune-rank``: Kendall's tau between the simulated and the measured ranking of the grid, on
   the objective and on the binding SLO's ratio (the smaller of the two decides); below the target,
   inconclusive when every pair the simulator orders against the engine is a pair whose measured
-  repeats overlap (the sweep itself cannot order them), not reproduced when one is not;
+  repeats overlap (the sweep itself cannot order them; for the SLO ratio, each repeat's run scored
+  alone: :func:`ratio_range`), not reproduced when one is not;
 * ``mlx-tune-speed``: tune's wall time (profile, simulation, confirmation) over the sweep's.
 
 The simulator's absolute error on the grid (median over settings of |simulated - measured| /
@@ -58,6 +59,21 @@ def discordant(sim: List[float], meas: List[float], ranges: List[Optional[List[f
     return out
 
 
+def ratio_range(doc: Mapping, label: str) -> Optional[List[float]]:
+    """The binding SLO's ratio of each of ``label``'s whole sweep repeats (its stored runs scored
+    against the stored SLOs and solo figures), as ``[min, max]``; None without runs or SLOs."""
+    from mlxlab.studies.tune.slo import check, parse_slo, worst_ratio
+
+    sweep = doc.get("sweep") or {}
+    runs = ((sweep.get("runs") or {}).get(label) or [])[:sweep.get("repeats") or 0]
+    if not runs or not doc.get("slos"):
+        return None
+    slos = [parse_slo(t) for t in doc["slos"]]
+    vals = [worst_ratio(check(run, slos, doc.get("solo") or {})) for run in runs]
+    vals = [v for v in vals if _finite(v)]
+    return [min(vals), max(vals)] if vals else None
+
+
 def evaluation(doc: Mapping) -> dict:
     """The figures the claims need, from a ``tune.json`` with its ``sweep`` block."""
     sweep = doc.get("sweep") or {}
@@ -85,7 +101,7 @@ def evaluation(doc: Mapping) -> dict:
     out["discordant_objective"] = discordant([s["objective_s"] for s, _ in both], [m["objective_s"] for _, m in both],
                                              [m.get("objective_range_s") for _, m in both], labels)
     out["discordant_slo"] = discordant([s["slo_ratio"] for s, _ in both], [m["slo_ratio"] for _, m in both],
-                                       [None] * len(both), labels)  # no per-repeat range of the ratio is stored
+                                       [ratio_range(doc, m["label"]) for _, m in both], labels)
     errs = [abs(s["objective_s"] - m["objective_s"]) / m["objective_s"] for s, m in both
             if _finite(s["objective_s"]) and _finite(m["objective_s"]) and m["objective_s"] > 0]
     serr = [abs(s["slo_ratio"] - m["slo_ratio"]) / m["slo_ratio"] for s, m in both
@@ -143,7 +159,7 @@ def tune_verdicts(doc: Mapping) -> List[Dict]:
             f"objective and on the binding SLO's ratio; reproduced when both are at least {TAU_MIN:g}. Below it, "
             f"inconclusive when every pair the simulator orders against the engine, on each metric below "
             f"{TAU_MIN:g}, has overlapping measured repeats (the sweep could not order those pairs either; the "
-            f"SLO ratio stores no repeat range, so its pairs count as ordered); not reproduced otherwise.")
+            f"SLO ratio's range: each whole repeat's run scored alone); not reproduced otherwise.")
     if not taus:
         rank = "not measured"
     elif min(taus) >= TAU_MIN:
