@@ -513,3 +513,26 @@ def test_slo_ratio_pairs_the_sweeps_repeats_cannot_order_are_told_apart_from_mis
                                "slo_ratio": med[k], "meets": False} for i, k in enumerate("abc")]}}
     pairs = {tuple(d["pair"]): d["measured_overlap"] for d in evaluation(doc)["discordant_slo"]}
     assert pairs == {("a", "b"): True, ("a", "c"): False, ("b", "c"): False}
+
+
+def test_serve_warns_of_chunk_ends_on_new_key_lengths_where_attention_is_prepared_per_shape(monkeypatch):
+    """On mlx's CUDA backend with cuDNN attention on, stall_free and slo run without an alignment of
+    their own meet a new attention shape nearly every step (on an H100, coder-1.5b's stall_free-256
+    gave the chat a 215 ms ITL p99, 43 ms with key_align=128): ``mlxlab serve`` says which
+    key_align tune's grid would run, the same rule the grid uses; nothing on the CPU, for a fixed
+    chunk size, or where the user chose an alignment."""
+    from mlxlab.core.plan import SLO_KEY_ALIGN_SHAPES
+    from mlxlab.engine.fused import alignment_warning, shape_alignment
+
+    assert alignment_warning("stall_free", {}) == ""  # this machine: the CPU
+    _pretend_cuda_with_cudnn(monkeypatch)
+    assert "key_align=256" in alignment_warning("stall_free", {})  # stall_free's default budget, 512
+    assert "key_align=128" in alignment_warning("stall_free", {"token_budget": 256})
+    assert f"key_align={SLO_KEY_ALIGN_SHAPES}" in alignment_warning("slo", {})
+    assert alignment_warning("stall_free", {"key_align": 64}) == "" and alignment_warning("interleave", {}) == ""
+    assert shape_alignment("stall_free", {"token_budget": 8}) == 8  # never below the engine's own alignment
+    grid = default_grid(shape_keyed=True)
+    assert all(g["options"]["key_align"] == shape_alignment(g["policy"], g["options"]) for g in grid
+               if g["policy"] in ("stall_free", "slo"))
+    monkeypatch.setenv("MLX_CUDA_USE_CUDNN_SDPA", "0")
+    assert alignment_warning("stall_free", {}) == ""

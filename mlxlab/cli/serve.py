@@ -397,11 +397,11 @@ def cli_serve(args: argparse.Namespace) -> int:
                          num_draft_tokens=args.num_draft_tokens, compile_decode=args.compile_decode,
                          record=args.record, tokenizer_processes=auto_processes() if args.tokenizer_processes is None
                          else args.tokenizer_processes, **options)
-    from mlxlab.engine.fused import packing_warning
+    from mlxlab.engine.fused import alignment_warning, packing_warning
 
-    warn = packing_warning(server.worker.engine.fuse)
-    if warn:
-        print(f"mlxlab serve: warning: {warn}", file=sys.stderr)
+    for warn in (packing_warning(server.worker.engine.fuse), alignment_warning(args.policy, options)):
+        if warn:
+            print(f"mlxlab serve: warning: {warn}", file=sys.stderr)
     print(f"mlxlab serve: {args.model} ({model.num_params / 1e6:.1f}M params, {model.dtype}), policy {args.policy} "
           f"{options or ''}, chunk {args.chunk_size}{f', draft {args.draft_model}' if draft else ''}, "
           f"on http://{args.host}:{args.port}" + (f", recording to {args.record}" if args.record else "")

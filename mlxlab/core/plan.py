@@ -68,6 +68,8 @@ class StepPlan:
 
 
 KEY_ALIGN = 8  # the default key_align of the engine, the simulator and the policies
+#: ``slo``'s chunk alignment where the device prepares attention per exact shape (tune's grid, serve's hint)
+SLO_KEY_ALIGN_SHAPES = 512
 
 
 def align_chunk(n: int, s: SeqView, key_align: int, up: bool = False) -> int:

@@ -66,6 +66,38 @@ def cold_keying() -> Tuple[str, Optional[int], str]:
                                f"shape, {capacity} kept")
 
 
+def shape_alignment(policy: str, options: dict) -> Optional[int]:
+    """The ``key_align`` a device that prepares attention per exact shape (:func:`cold_keying`)
+    wants for ``policy`` with ``options``: half ``stall_free``'s token budget (its chunk follows
+    the decode batch, so its key length would land somewhere new nearly every step), and
+    :data:`mlxlab.core.plan.SLO_KEY_ALIGN_SHAPES` for ``slo`` (its chunk is chosen anew each step);
+    None for policies whose chunks have a fixed size. On an H100 the first rule took coder-1.5b's
+    ``stall_free-256`` chat ITL p99 from 215 to 43 ms (``data/results/h100/tune_qwen2.5-coder-1.5b*.json``)."""
+    import inspect
+
+    from mlxlab.core.plan import KEY_ALIGN, SLO_KEY_ALIGN_SHAPES
+
+    if policy == "stall_free":
+        from mlxlab.policies.stall_free import StallFree
+
+        budget = options.get("token_budget", inspect.signature(StallFree).parameters["token_budget"].default)
+        return max(KEY_ALIGN, int(budget) // 2)
+    return SLO_KEY_ALIGN_SHAPES if policy == "slo" else None
+
+
+def alignment_warning(policy: str, options: dict) -> str:
+    """What ``mlxlab serve`` warns of when ``policy`` runs without a ``key_align`` of its own on a
+    device that keys attention by shape; "" otherwise (a fixed chunk size, another device, or an
+    alignment the user chose)."""
+    key, _, why = cold_keying()
+    want = shape_alignment(policy, options)
+    if key != "shape" or want is None or "key_align" in options:
+        return ""
+    return (f"{policy}'s chunks end on a new key length nearly every step, and on {why}: each new shape is built "
+            f"on first use; --policy-option key_align={want} ends them on fewer key lengths (as mlxlab tune's grid "
+            f"runs {policy} here)")
+
+
 def can_fuse(module) -> Tuple[bool, str]:
     """``(True, "")`` if :func:`packed_forward` can run ``module`` (an mlx-lm model), else
     ``(False, why)``."""

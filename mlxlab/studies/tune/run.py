@@ -31,13 +31,11 @@ from pathlib import Path
 from typing import Callable, Dict, List, Optional, Sequence
 
 from mlxlab.core.paths import data_dir
-from mlxlab.core.plan import KEY_ALIGN
+from mlxlab.core.plan import SLO_KEY_ALIGN_SHAPES  # noqa: F401 - slo's alignment in the shape-keyed grid
 from mlxlab.studies.tune.slo import (SLO, check, choose, figure, objective_name, pareto, parse_objective, slo_table,
                                      solo_needed, worst_ratio)
 
 BASELINE = "mlx_lm.BatchGenerator"
-#: ``slo``'s chunk alignment in the grid of a device that prepares attention per shape (default_grid)
-SLO_KEY_ALIGN_SHAPES = 512
 
 
 def default_grid(quick: bool = False, max_prompt: int = 4096, packed: bool = True,
@@ -53,6 +51,8 @@ def default_grid(quick: bool = False, max_prompt: int = 4096, packed: bool = Tru
     each step) on multiples of :data:`SLO_KEY_ALIGN_SHAPES`. Simulated on the H100 profiles of
     coder-1.5b and llama-1b (``probes/key_align_sim.py``), half the budget was the best of 8-512 or
     near it for each ``stall_free`` budget, and 512 the best for ``slo`` on both models."""
+    from mlxlab.engine.fused import shape_alignment  # one rule for the grid and serve's warning
+
     chunks = [64, 256] if quick else [256, 512, 1024, 2048, 4096]
     budgets = [128] if quick else [256, 512, 1024]
     fit = [c for c in chunks if c < max_prompt] + [min(c for c in chunks if c >= max_prompt)] \
@@ -60,9 +60,10 @@ def default_grid(quick: bool = False, max_prompt: int = 4096, packed: bool = Tru
     grid = [{"label": f"interleave-{c}", "policy": "interleave", "chunk_size": c, "options": {}} for c in fit]
     grid += [{"label": f"stall_free-{b}", "policy": "stall_free", "chunk_size": 2048,
               "options": {"token_budget": b, **({} if packed else {"fuse": False}),
-                          **({"key_align": max(KEY_ALIGN, b // 2)} if shape_keyed else {})}} for b in budgets]
+                          **({"key_align": shape_alignment("stall_free", {"token_budget": b})} if shape_keyed else {})}}
+             for b in budgets]
     grid += [{"label": f"slo-{c}", "policy": "slo", "chunk_size": c,
-              "options": {"key_align": SLO_KEY_ALIGN_SHAPES} if shape_keyed else {}} for c in fit[-2:]]
+              "options": {"key_align": shape_alignment("slo", {})} if shape_keyed else {}} for c in fit[-2:]]
     if not quick:
         grid += [{"label": f"admission_gate-{c}", "policy": "admission_gate", "chunk_size": c, "options": {}}
                  for c in fit[-2:]]
