@@ -134,6 +134,10 @@ class Simulator(PlanExecutor):
         key_align: as the engine's: the final chunk of a prompt is charged padded to a key length
             that is a multiple of this (:func:`mlxlab.core.request.pad_tokens`); 1 for none.
             :meth:`for_model` sets 1 for a model the engine would not pad.
+        warm: the chunk shapes already warm in the process (a
+            :class:`mlxlab.core.costmodel.WarmShapes`, updated as this run goes): pass one object
+            to runs that follow each other in one process; None: a fresh one, keyed as the cost
+            model's profile counted its cold chunks (each run starting cold, as tune simulates).
     """
 
     virtual_clock = True
@@ -142,7 +146,7 @@ class Simulator(PlanExecutor):
                  vocab_size: int = DEFAULT_VOCAB_SIZE, max_context: int = DEFAULT_MAX_CONTEXT,
                  stop_tokens: Sequence[int] = (), noise: float = 0.0, seed: int = 0,
                  output_token: int = 0, fuse: Optional[bool] = None, key_align: int = KEY_ALIGN,
-                 **policy_options):
+                 warm: Optional[WarmShapes] = None, **policy_options):
         super().__init__(chunk_size=chunk_size, key_align=key_align, stop_tokens=stop_tokens,
                          vocab_size=vocab_size, max_context=max_context)
         _check_options(noise, vocab_size, max_context, output_token, fuse)
@@ -169,7 +173,8 @@ class Simulator(PlanExecutor):
         self._cold_term = "cold_chunks" in params
         # the chunks run so far, keyed as the profile counted its cold ones (by token count, or by
         # attention shape where the device keeps a graph per shape: WarmShapes)
-        self._warm = self.cost_model.warm_shapes() if hasattr(self.cost_model, "warm_shapes") else WarmShapes()
+        self._warm = warm if warm is not None else (self.cost_model.warm_shapes()
+                                                   if hasattr(self.cost_model, "warm_shapes") else WarmShapes())
 
     @classmethod
     def for_model(cls, model, cost_model, /, **kwargs) -> "Simulator":

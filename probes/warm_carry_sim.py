@@ -1,0 +1,147 @@
+"""Warm-carry simulation: a stored tune's exhaustive sweep simulated again, with the shapes a run
+leaves warm carried into the runs after it, as one process carries them on the device.
+
+On mlx's CUDA backend with cuDNN attention on, a chunk's first use of an attention shape costs
+~66 ms, and the graph stays in an LRU of ``MLX_CUDA_SDPA_CACHE_SIZE`` shapes for the whole
+process (``probes/shape_probe.py``). ``mlxlab tune`` simulates every setting from a cold start,
+while its sweep runs all settings one after another in one process: what ran before leaves
+shapes warm (or evicts them). This asks, with no device and on the tune's own fitted cost model,
+whether that difference explains where the simulator ranks the grid against the engine. Three
+ways to simulate each setting:
+
+* ``fresh``: every run from a cold start (what tune does; the stored simulation);
+* ``carried``: the sweep's runs in the stored order (``sweep.order``: each repeat shuffled, or
+  rotated in files from before), one set of warm shapes through all of them (the process's; the
+  calls a sweep was split into, each a new process, are not told apart: the file does not say
+  where one ended);
+* ``steady``: each setting run twice in a row, scored on the second run (a server that has run
+  this setting for a while).
+
+For each, Kendall's tau against the measured sweep on the objective and the binding SLO's ratio,
+and the simulator's median error, as the ``mlx-tune-rank`` verdict computes them
+(:func:`mlxlab.studies.tune.verdict.evaluation`).
+
+Usage::
+
+    python -m probes.warm_carry_sim data/results/h100/tune_llama-3.2-1b.json data/results/h100/tune_*.json
+
+Prints a table and writes ``warm_carry_sim.json`` to a new run folder
+(``data/results/<platform>/runs/<time>/``, ignored by git).
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import statistics
+import sys
+from pathlib import Path
+from typing import Dict, List
+
+from probes import common
+
+WAYS = ("fresh", "carried", "steady")
+
+
+def parse_args(argv=None):
+    p = argparse.ArgumentParser(prog="python -m probes.warm_carry_sim", description=__doc__,
+                                formatter_class=argparse.RawDescriptionHelpFormatter)
+    p.add_argument("tunes", nargs="+", help="tune.json files with a whole sweep and profile.cost_model")
+    p.add_argument("--traces", default="data/traces/samples", help="the folder holding the tunes' trace files")
+    return common.parse(p, argv)
+
+
+def _run(point: dict, setting: dict, warm) -> dict:
+    """One simulated run of ``setting`` on ``point`` (probes.key_align_sim.load_point), starting
+    from ``warm`` (None: cold); its summary."""
+    from mlxlab.core.runner import run_workload
+    from mlxlab.core.workload import TraceWorkload
+    from mlxlab.sim.simulator import Simulator
+
+    sim = Simulator(point["cost_model"], policy=setting["policy"], chunk_size=int(setting["chunk_size"]),
+                    warm=warm, **{**point["limits"], **setting["options"]})
+    return run_workload(sim, TraceWorkload(list(point["arrivals"]), name="trace")).summary
+
+
+def _row(point: dict, setting: dict, summaries: List[dict]) -> dict:
+    """A grid row as tune stores it (``objective_s``, ``slo_ratio``) from these runs' summaries, scored
+    as the sweep scores its repeats: the objective's median over runs, the SLO on the medians."""
+    from mlxlab.studies.tune.run import _medians, _objective
+    from mlxlab.studies.tune.slo import check, worst_ratio
+
+    med = _medians(summaries, point["tenants"] + ["all"])
+    return {"label": setting["label"], "objective_s": statistics.median(_objective(s, point["objective"])
+                                                                         for s in summaries),
+            "slo_ratio": worst_ratio(check(med, point["slos"], point["solos"]))}
+
+
+def simulate(doc: dict, point: dict) -> Dict[str, List[dict]]:
+    """The grid's rows simulated each way (:data:`WAYS`)."""
+    from mlxlab.studies.tune.run import run_order
+
+    grid = [{k: g[k] for k in ("label", "policy", "chunk_size", "options")} for g in doc["grid"]]
+    cm = point["cost_model"]
+    sweep = doc["sweep"]
+    out = {"fresh": [_row(point, s, [_run(point, s, None)]) for s in grid]}
+    warm, runs = cm.warm_shapes(), {s["label"]: [] for s in grid}
+    for r in range(sweep["repeats"]):
+        for s in run_order(grid, r, sweep.get("order") or "rotation"):
+            runs[s["label"]].append(_run(point, s, warm))
+    out["carried"] = [_row(point, s, runs[s["label"]]) for s in grid]
+    steady = []
+    for s in grid:
+        w = cm.warm_shapes()
+        _run(point, s, w)
+        steady.append(_row(point, s, [_run(point, s, w)]))
+    out["steady"] = steady
+    return out
+
+
+def score(doc: dict, rows: List[dict]) -> dict:
+    """tau and the median errors of ``rows`` against ``doc``'s measured sweep."""
+    from mlxlab.studies.tune.verdict import evaluation
+
+    e = evaluation({**doc, "grid": rows})
+    return {k: e.get(k) for k in ("tau_objective", "tau_slo", "sim_error_objective", "sim_error_slo_ratio")} | {
+        "apart_slo": sum(not d["measured_overlap"] for d in e["discordant_slo"]),
+        "apart_objective": sum(not d["measured_overlap"] for d in e["discordant_objective"])}
+
+
+def main(argv=None) -> int:
+    from mlxlab.core.results import run_folder, save_results
+    from probes.key_align_sim import load_point
+
+    args = parse_args(argv)
+    files, plat = [], None
+    print(f"{'file':48s} {'way':8s} {'tau SLO':>8s} {'tau obj':>8s} {'err obj':>8s} {'err SLO':>8s} {'apart':>6s}")
+    for path in args.tunes:
+        doc = json.loads(Path(path).read_text())
+        if (doc.get("sweep") or {}).get("repeats", 0) < 2:
+            print(f"{path}: no sweep of two whole repeats; skipped", file=sys.stderr)
+            continue
+        try:
+            point = load_point(doc, args.traces)
+        except ValueError as e:
+            print(f"{path}: {e}; skipped", file=sys.stderr)
+            continue
+        plat = plat or (doc.get("environment") or {}).get("platform") or Path(path).parent.name
+        ways = simulate(doc, point)
+        scores = {w: score(doc, ways[w]) for w in WAYS}
+        for w in WAYS:
+            s = scores[w]
+            print(f"{Path(path).name:48s} {w:8s} {s['tau_slo']:8.2f} {s['tau_objective']:8.2f} "
+                  f"{s['sim_error_objective']:8.0%} {s['sim_error_slo_ratio']:8.0%} "
+                  f"{s['apart_slo']:3d}/{s['apart_objective']:<3d}")
+        files.append({"tune": Path(path).name, "order": doc["sweep"].get("order") or "rotation",
+                      "calls": len(doc["sweep"].get("calls") or [None]), "scores": scores, "rows": ways})
+    if not files:
+        raise SystemExit("no tune file with a whole sweep")
+    print("apart: swapped pairs whose measured repeats do not overlap (SLO ratio / objective)")
+    path = save_results("warm_carry_sim", {"kind": "warm_carry_sim", "files": files}, platform=plat,
+                        folder=run_folder(plat))
+    common.log("warm_carry_sim", f"wrote {path}")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
