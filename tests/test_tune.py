@@ -290,11 +290,14 @@ def test_mlxlab_tune_on_a_trace_ends_with_a_choice_a_serve_line_and_its_files(tm
     assert doc["sweep"]["repeats"] == 0 and sum(map(len, doc["sweep"]["runs"].values())) == 1
     assert {v["verdict"] for v in doc["verdicts"]} == {"not measured"}
     swept = subprocess.run(first + ["--top-k", "1", "--resume", str(path)], capture_output=True, text=True, timeout=600,
-                           env=env, cwd=tmp_path)
+                           env={**env, "MLXLAB_SOURCE_COMMIT": "abc1234"}, cwd=tmp_path)
     assert swept.returncode == 0, swept.stderr[-3000:]
     doc = json.loads(path.read_text())
     assert doc["sweep"]["repeats"] == 2 and len(doc["sweep"]["rows"]) == len(doc["grid"])
     assert len(doc["sweep"]["calls"]) == 3 and {v["claim"] for v in doc["verdicts"]} >= {"mlx-tune-regret"}
+    # each resuming call (a new process) warmed up first, and names the commit its caller declared
+    assert all(c["warm_up"]["label"] in doc["sweep"]["runs"] for c in doc["sweep"]["calls"][1:])
+    assert doc["sweep"]["calls"][-1]["source_commit"] == "abc1234"
     assert not any("whole repeat(s) of" in v["rule"] for v in doc["verdicts"])
 
 

@@ -160,13 +160,15 @@ def _resume(args, slos, t_start: float) -> int:
                          f"device tune ran on")
     model = load_model(args.model, bits=args.bits, dtype=args.dtype)
     arrivals, _ = _arrivals(args, model)
-    first = {k: (doc.get("environment") or {}).get(k) for k in ("git_commit", "git_dirty", "written_at")}
+    # each call's commit: a device copy's git says little (MLXLAB_SOURCE_COMMIT, the declared one, goes with it)
+    keys = ("git_commit", "git_dirty", "source_commit", "written_at")
+    first = {k: v for k in keys if (v := (doc.get("environment") or {}).get(k)) is not None or k != "source_commit"}
     calls = list((doc.get("sweep") or {}).get("calls") or [first])  # the run that made the file, then each resume
     plat = args.platform or platform_of(path)
     params = {**doc["parameters"], "repeats": args.repeats, "sweep": True}
     write = lambda: save_results(path.stem, doc, platform=plat, folder=path.parent, parameters=params,  # noqa: E731
                                  verdicts=tune_verdicts(doc))
-    env = {k: block.get(k) for k in ("git_commit", "git_dirty", "written_at")}
+    env = {k: block.get(k) for k in keys if block.get(k) is not None or k != "source_commit"}
     say = lambda s: print(s, flush=True)  # noqa: E731
     deadline = t_start + args.time_budget_s if args.time_budget_s else None
 
