@@ -266,6 +266,7 @@ def test_mlxlab_tune_on_a_trace_ends_with_a_choice_a_serve_line_and_its_files(tm
     path = Path(out.stdout.strip().splitlines()[-1].removeprefix("wrote "))
     doc = json.loads(path.read_text())
     assert doc["trace"]["tenants"] == {"batch": 2, "chat": 2} and doc["slos"] == ["chat.itl_p99<=3x"]
+    assert [s["slo"] for s in doc["slo_samples"]] == doc["slos"] and "samples a run in this trace" in out.stdout
     assert len(doc["grid"]) == len(default_grid(True, 150)) and doc["frontier"]
     assert {r["label"] for r in doc["confirmed"]} >= {BASELINE} and doc["choice"]["label"] != BASELINE
     assert doc["solo"]["chat"] and doc["profile"]["cached"] is False and (path.parent / "tune.png").is_file()
@@ -539,3 +540,24 @@ def test_serve_warns_of_chunk_ends_on_new_key_lengths_where_attention_is_prepare
                if g["policy"] in ("stall_free", "slo"))
     monkeypatch.setenv("MLX_CUDA_USE_CUDNN_SDPA", "0")
     assert alignment_warning("stall_free", {}) == ""
+
+
+def test_tune_says_how_many_samples_an_slo_rests_on_in_the_trace():
+    """A chat's ITL p99 over ~1,000 gaps is about its 10th largest gap, and the distribution's own
+    p99 lies between its 5th and 18th largest (binomial order statistics): tune says so per SLO,
+    so a figure decided by a handful of gaps is read as such. TTFT counts requests; max is the
+    largest sample."""
+    from mlxlab.core.workload import Arrival
+    from mlxlab.studies.tune.slo import parse_slo, support
+
+    arrivals = [Arrival(0.0, "chat", i, [1, 2, 3], 114) for i in range(9)]
+    arrivals += [Arrival(0.0, "batch", i, [1] * 40, 8) for i in range(22)]
+    itl = support(parse_slo("chat.itl_p99<=3x"), arrivals)
+    assert itl == {"slo": "chat.itl_p99<=3x", "n": 9 * 113, "rank": 10, "rank_95": [5, 18]}
+    assert support(parse_slo("batch.ttft_p50<=2x"), arrivals)["n"] == 22
+    assert support(parse_slo("all.ttft_p90<=2s"), arrivals)["n"] == 31
+    assert support(parse_slo("chat.itl_max<=1s"), arrivals)["rank_95"] == [1, 1]
+    wide, narrow = (support(parse_slo("chat.itl_p99<=3x"), arrivals * k) for k in (1, 10))
+    # ten times the gaps: the interval narrows relative to the figure's rank
+    spread = [(s["rank_95"][1] - s["rank_95"][0]) / s["rank"] for s in (wide, narrow)]
+    assert spread[1] < spread[0]

@@ -33,7 +33,7 @@ from typing import Callable, Dict, List, Optional, Sequence
 from mlxlab.core.paths import data_dir
 from mlxlab.core.plan import SLO_KEY_ALIGN_SHAPES  # noqa: F401 - slo's alignment in the shape-keyed grid
 from mlxlab.studies.tune.slo import (SLO, check, choose, figure, objective_name, pareto, parse_objective, slo_table,
-                                     solo_needed, worst_ratio)
+                                     solo_needed, support, worst_ratio)
 
 BASELINE = "mlx_lm.BatchGenerator"
 
@@ -248,6 +248,10 @@ def tune(model, arrivals: list, slos: Sequence[SLO], *, objective: Optional[str]
         say(f"[tune] {t} alone: " + ", ".join(f"{m} {figure(solos[t], t, m) * 1e3:.1f} ms" for m in
                                                sorted({s.metric for s in slos if s.tenant == t})))
     bounds = slo_table(slos, solos)
+    samples = [support(s, arrivals) for s in slos]
+    for sp in samples:
+        say(f"[tune] {sp['slo']}: {sp['n']:,} samples a run in this trace, its figure about the #{sp['rank']} largest "
+            f"(the distribution's own lies between #{sp['rank_95'][0]} and #{sp['rank_95'][1]}, 95%)")
     t_solo = time.perf_counter()
 
     # the simulated grid: here, or on a cluster's workers through ``mapper`` (each point carries the
@@ -312,7 +316,8 @@ def tune(model, arrivals: list, slos: Sequence[SLO], *, objective: Optional[str]
     if base is not None and chosen is not None and base["objective_s"] > 0:
         vs_mlx_lm = {"objective_x": chosen["objective_s"] / base["objective_s"],
                      "slo_ratio_mlx_lm": base["slo_ratio"], "slo_ratio_chosen": chosen["slo_ratio"]}
-    return {"tenants": tenants, "slos": [s.text for s in slos], "bounds_s": bounds, "objective": objective,
+    return {"tenants": tenants, "slos": [s.text for s in slos], "bounds_s": bounds, "slo_samples": samples,
+            "objective": objective,
             "solo": solos, "profile": {"path": Path(prof["path"]).name if prof["path"] else None,
                         **{k: prof[k] for k in ("cached", "grid", "wall_s")},
                         "cost_model": cm.as_dict() if hasattr(cm, "as_dict") else None},
