@@ -142,6 +142,11 @@
 #      with the H100 file first renamed to named history (tune_MODEL_before_unpacked.json). The tune part resumes by itself where the platform's file exists (TUNE_FRESH=1
 #      runs tune anew), so one command serves an H200 (resume) and an H100 (a fresh tune there, or its resume). Also on the H200:
 #      llama-3.2-1b recorded (fresh ~500 s + resume ~150 s, as on the H100);
+#   1d. (after 1, any card) why the chat's tail is mis-simulated where documents are prefilled in large chunks
+#      (interleave-4096 and admission_gate on the H100 files: the chat's ITL p99 measured 6-20 ms against 44 ms
+#      simulated on llama-1b, 86-143 against 58 ms on coder-1.5b): the engine's per-step records of those runs
+#      (validate-sim keeps steps; tune's sweep keeps summaries only), and a recorded trace with more of the chat's
+#      tokens, so the SLO's p99 rests on more than ~10 gaps (tune prints how many: slo_samples);
 #   1c. (done for coder-1.5b on an H100, 12-06 #12: the remedy holds on the engine; llama is item 1) the remedy the shape-keyed cost model points at: since 12-06 #11 tune's
 #      grid on such a device runs stall_free with key_align = half its budget (its chunks end on few key lengths,
 #      so shapes repeat). probes/key_align_sim.py on the H100 tune files predicts a lower chat ITL p99 at every
