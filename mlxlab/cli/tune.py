@@ -161,14 +161,17 @@ def _resume(args, slos, t_start: float) -> int:
     model = load_model(args.model, bits=args.bits, dtype=args.dtype)
     arrivals, _ = _arrivals(args, model)
     # each call's commit: a device copy's git says little (MLXLAB_SOURCE_COMMIT, the declared one, goes with it)
-    keys = ("git_commit", "git_dirty", "source_commit", "written_at")
-    first = {k: v for k in keys if (v := (doc.get("environment") or {}).get(k)) is not None or k != "source_commit"}
+    def call_entry(env: dict) -> dict:
+        return {k: env.get(k) for k in ("git_commit", "git_dirty", "source_commit", "written_at")
+                if k != "source_commit" or env.get(k)}
+
+    first = call_entry(doc.get("environment") or {})
     calls = list((doc.get("sweep") or {}).get("calls") or [first])  # the run that made the file, then each resume
     plat = args.platform or platform_of(path)
     params = {**doc["parameters"], "repeats": args.repeats, "sweep": True}
     write = lambda: save_results(path.stem, doc, platform=plat, folder=path.parent, parameters=params,  # noqa: E731
                                  verdicts=tune_verdicts(doc))
-    env = {k: block.get(k) for k in keys if block.get(k) is not None or k != "source_commit"}
+    env = call_entry(block)
     say = lambda s: print(s, flush=True)  # noqa: E731
     deadline = t_start + args.time_budget_s if args.time_budget_s else None
 
