@@ -67,6 +67,12 @@
 #              4k context costs the first time the process meets its shape (a new key length; a new size at a known
 #              key length), under the default settings, cuDNN attention off, CUDA graphs off (~150 s, an estimate):
 #              whether stall_free's 67-78 ms steps on the H100 are first uses, and of which cache
+#   tail       issue 37 item 1d: probes/tail_steps.py on the platform's tune_TAIL_MODEL.json (llama-3.2-1b): its
+#              interleave-4096 and admission_gate-4096 settings (TAIL_SETTINGS) on the engine, 3 repeats, and on its
+#              fitted cost model, every step kept: the chat's gaps split by the steps that ended inside them (chunk or
+#              decode only), with the cost model's time for the engine's own steps; then the same with the chat
+#              asking TAIL_CHAT_SCALE (4) x its tokens (~4x the gaps under its p99). Two processes (~250 s each, an
+#              estimate from the sweep's 10-35 s runs)
 #   apart      issue 36 item 3: probes/decode_apart_probe.py on APART_MODEL (qwen2.5-0.5b) at 4 bits, in one process:
 #              a chat of 1,500 tokens streaming 256 beside back-to-back 16,000-token documents asking for 8 tokens,
 #              with the documents joining its batch or decoding apart (decode_apart=4096), 5 repeats alternating,
@@ -197,7 +203,7 @@
 #   --param "models=[PRESET]" --param bits=4 (cold_repeats now 5), one call per preset.
 set -uo pipefail
 cd "$(dirname "$0")/.."
-part=${1:?give a PART: engine | engine05 | sim | heldout | sched | sched_cudnn | slo | singlereq | rebatch | chunks | decodes | presize | align | limit | exit | contention | oprofile | serve | determinism | compiled | http | tune | disagg2 | encode | soak | apart}
+part=${1:?give a PART: engine | engine05 | sim | heldout | sched | sched_cudnn | slo | singlereq | rebatch | chunks | decodes | presize | align | limit | exit | contention | oprofile | serve | determinism | compiled | http | tune | disagg2 | encode | soak | apart | tail}
 H="bash scripts/h200.sh"
 # the results folder: h200, or MLXLAB_PLATFORM=h100 for a call that got an H100 (the same sm_90 bundle runs there)
 PLAT=${MLXLAB_PLATFORM:-h200}
@@ -334,6 +340,12 @@ case "$part" in
     if [ -n "${OUT:-}" ] && ls data/profiles/cache/"$m"-*.json >/dev/null 2>&1; then
       mkdir -p "$OUT/profiles" && cp data/profiles/cache/"$m"-*.json "$OUT/profiles/"
     fi ;;
+  tail)  # issue 37 item 1d: the chat's gaps split by the steps that ended inside them, engine against simulator, on
+    # the platform's tune file of TAIL_MODEL: the trace as tuned, then with the chat asking TAIL_CHAT_SCALE x its tokens
+    m=${TAIL_MODEL:-llama-3.2-1b}
+    P="$PY -m probes.tail_steps data/results/$PLAT/tune_$m.json --settings ${TAIL_SETTINGS:-interleave-4096 admission_gate-4096} --repeats ${TAIL_REPEATS:-3}"
+    T=${T_TAIL:-270} run $P
+    T=${T_TAIL:-270} run $P --output-scale chat=${TAIL_CHAT_SCALE:-4} --label "chat_x${TAIL_CHAT_SCALE:-4}" ;;
   apart)  # issue 36 item 3 in one process: 8-token documents joining the chat's batch or decoding apart
     am=${APART_MODEL:-qwen2.5-0.5b}
     T=${T_APART:-400} run $PY -m probes.decode_apart_probe --model "$am" --bits 4 --doc-tokens 16000 \

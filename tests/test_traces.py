@@ -8,8 +8,8 @@ import json
 import httpx
 import pytest
 
-from mlxlab.core.traces import (MOONCAKE_BLOCK, TraceError, TraceRequest, block_hashes, read_trace, scale_trace,
-                                to_arrivals, write_trace)
+from mlxlab.core.traces import (MOONCAKE_BLOCK, TraceError, TraceRequest, block_hashes, read_trace, scale_outputs,
+                                scale_trace, to_arrivals, write_trace)
 from mlxlab.core.workload import TraceWorkload
 
 
@@ -50,6 +50,20 @@ def test_azure_csv_times_with_seven_fractional_digits_and_the_chat_batch_split(t
     assert t.summary()["tenants"] == {"chat": 2, "batch": 1} and t.summary()["requests_with_block_hashes"] == 0
     s = scale_trace(t, time_scale=0.5, length_scale=0.25)
     assert [r.prompt_tokens for r in s.requests] == [94, 1024, 300] and s.requests[2].arrival_s == 30.0
+
+
+def test_output_scale_gives_one_tenant_more_tokens_and_leaves_the_rest_alone():
+    t = read_trace("data/traces/samples/seed001_scene_tiny.jsonl")
+    s = scale_outputs(t, {"chat": 4})
+    for a, b in zip(t.requests, s.requests):
+        assert (b.arrival_s, b.prompt_tokens, b.block_hashes) == (a.arrival_s, a.prompt_tokens, a.block_hashes)
+        assert b.max_tokens == (a.max_tokens * 4 if a.tenant == "chat" else a.max_tokens)
+    assert any(r.tenant == "batch" for r in s.requests) and s.notes[-1] == "outputs scaled: chat x4"
+    assert [r.max_tokens for r in scale_outputs(t, {"chat": 0.01}).requests if r.tenant == "chat"][0] == 1
+    with pytest.raises(ValueError, match=r"tenant 'chats': the trace's tenants are \['batch', 'chat'\]"):
+        scale_outputs(t, {"chats": 2})
+    with pytest.raises(ValueError, match="finite number above 0"):
+        scale_outputs(t, {"chat": -1})
 
 
 @pytest.mark.parametrize("body,line,words", [

@@ -3,6 +3,7 @@ silent where nothing meets the SLOs), the regret/rank/speed verdicts from a stor
 settings a tune.json hands ``mlxlab serve --config``, and one quick end-to-end run on the tiny
 model from a trace file to a recommendation."""
 
+import argparse
 import json
 import os
 import subprocess
@@ -226,6 +227,19 @@ def test_resume_refuses_a_file_run_with_other_arguments(tmp_path, monkeypatch, c
     assert main(args) == 2 and "not a tune results file" in capsys.readouterr().err
 
 
+def test_output_scale_takes_tenant_equals_factor_and_refuses_a_preset(monkeypatch, capsys):
+    from mlxlab.cli import main
+    from mlxlab.cli.tune import tenant_factor
+
+    assert tenant_factor("chat=4") == ("chat", 4.0) and tenant_factor(" chat =0.5") == ("chat", 0.5)
+    for bad in ("chat", "=4", "chat=0", "chat=x"):
+        with pytest.raises(argparse.ArgumentTypeError):
+            tenant_factor(bad)
+    monkeypatch.setattr("mlxlab.cli.reexec_with_fast_blas", lambda: None)
+    args = ["tune", "--model", "tiny", "--workload", "chat+batch", "--slo", "chat.itl_p99<=3x", "--output-scale", "chat=2"]
+    assert main(args) == 2 and "--output-scale scales a trace's tenants" in capsys.readouterr().err
+
+
 def test_a_tune_json_hands_serve_its_choice_and_refuses_one_without(tmp_path):
     doc = {"choice": {"label": "stall_free-512", "meets": True}, "parameters": {"model": "small"},
            "confirmed": [{"label": "stall_free-512", "policy": "stall_free", "chunk_size": 2048,
@@ -258,7 +272,8 @@ def test_mlxlab_tune_on_a_trace_ends_with_a_choice_a_serve_line_and_its_files(tm
     trace.write_text("".join(json.dumps(r) + "\n" for r in rows))
     env = {**os.environ, "MLXLAB_DATA": str(data)}
     cmd = [sys.executable, "-m", "mlxlab.cli", "tune", "--model", "tiny", "--dtype", "float32", "--trace", str(trace),
-           "--split-tokens", "100", "--length-scale", "0.5", "--slo", "chat.itl_p99<=3x", "--quick", "--repeats", "2",
+           "--split-tokens", "100", "--length-scale", "0.5", "--output-scale", "chat=2", "--slo", "chat.itl_p99<=3x",
+           "--quick", "--repeats", "2",
            "--top-k", "1", "--platform", "scratch"]
     out = subprocess.run(cmd, capture_output=True, text=True, timeout=600, env=env, cwd=tmp_path)
     assert out.returncode == 0, out.stderr[-3000:]
@@ -266,6 +281,9 @@ def test_mlxlab_tune_on_a_trace_ends_with_a_choice_a_serve_line_and_its_files(tm
     path = Path(out.stdout.strip().splitlines()[-1].removeprefix("wrote "))
     doc = json.loads(path.read_text())
     assert doc["trace"]["tenants"] == {"batch": 2, "chat": 2} and doc["slos"] == ["chat.itl_p99<=3x"]
+    # the chats' 12 tokens, halved by --length-scale, doubled by --output-scale; documents' 6 and 4 halved
+    assert doc["parameters"]["output_scale"] == {"chat": 2.0} and doc["trace"]["max_tokens"]["max"] == 12
+    assert doc["trace"]["max_tokens"]["min"] == 2 and doc["trace"]["notes"][-1] == "outputs scaled: chat x2"
     assert [s["slo"] for s in doc["slo_samples"]] == doc["slos"] and "samples a run in this trace" in out.stdout
     assert len(doc["grid"]) == len(default_grid(True, 150)) and doc["frontier"]
     assert {r["label"] for r in doc["confirmed"]} >= {BASELINE} and doc["choice"]["label"] != BASELINE

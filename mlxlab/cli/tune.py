@@ -47,6 +47,9 @@ def register(sub: argparse._SubParsersAction) -> None:
     tp.add_argument("--length-scale", type=positive_float, default=1.0,
                     help="an imported trace's token lengths x this (a datacenter trace on a laptop)")
     tp.add_argument("--max-requests", type=positive_int, default=None, help="replay only the first N requests")
+    tp.add_argument("--output-scale", type=tenant_factor, action="append", default=None, metavar="TENANT=F",
+                    help="that tenant's requests ask for F times their output tokens (after --length-scale; "
+                         "repeatable): more of a chat's gaps, so its ITL p99 rests on more than a handful")
     tp.add_argument("--scale", type=positive_float, default=1 / 32, help="--workload's lengths x this")
     tp.add_argument("--slo", action="append", default=[], metavar="TENANT.METRIC<=VALUE", help="an SLO; repeatable")
     tp.add_argument("--objective", default=None, metavar="TENANT.METRIC",
@@ -76,6 +79,14 @@ def register(sub: argparse._SubParsersAction) -> None:
     tp.set_defaults(func=cli_tune)
 
 
+def tenant_factor(text: str) -> tuple:
+    """An argparse type: ``TENANT=F`` with F a finite number above 0, as ``(tenant, F)``."""
+    tenant, eq, f = text.partition("=")
+    if not eq or not tenant.strip():
+        raise argparse.ArgumentTypeError(f"give TENANT=F (e.g. chat=4), got {text!r}")
+    return tenant.strip(), positive_float(f)
+
+
 class _Millisecond:
     """A cost model charging every step one millisecond (fixes a preset's arrivals)."""
 
@@ -86,7 +97,7 @@ class _Millisecond:
 def _arrivals(args, model) -> tuple:
     """The trace's arrivals and its summary for the results."""
     from mlxlab.core.presets import model_limits
-    from mlxlab.core.traces import read_trace, scale_trace, to_arrivals
+    from mlxlab.core.traces import read_trace, scale_outputs, scale_trace, to_arrivals
 
     vocab, ctx = model_limits(model)
     if args.workload:
@@ -109,6 +120,8 @@ def _arrivals(args, model) -> tuple:
     trace = read_trace(args.trace, args.trace_format, max_context=None, split_tokens=args.split_tokens)
     if args.time_scale != 1.0 or args.length_scale != 1.0:
         trace = scale_trace(trace, time_scale=args.time_scale, length_scale=args.length_scale)
+    if args.output_scale:
+        trace = scale_outputs(trace, args.output_scale)
     if args.max_requests:
         trace.requests = trace.requests[:args.max_requests]
     for i, r in enumerate(trace.requests):
@@ -119,7 +132,7 @@ def _arrivals(args, model) -> tuple:
 
 
 _SAME = ("model", "bits", "dtype", "trace", "workload", "trace_format", "split_tokens", "time_scale", "length_scale",
-         "max_requests", "scale", "slo", "objective", "top_k", "quick", "seed")
+         "output_scale", "max_requests", "scale", "slo", "objective", "top_k", "quick", "seed")
 
 
 def _parameters(args) -> dict:
@@ -218,6 +231,9 @@ def cli_tune(args: argparse.Namespace) -> int:
     slos = [parse_slo(s) for s in args.slo]
     if args.repeats < 2:
         raise ValueError("--repeats must be at least 2: the choice needs the engine's run-to-run spread")
+    if args.output_scale and args.workload:
+        raise ValueError("--output-scale scales a trace's tenants: a --workload preset sets its own lengths")
+    args.output_scale = dict(args.output_scale) if args.output_scale else None  # stored and compared as a dict
     if args.resume:
         return _resume(args, slos, t_start)
     model = load_model(args.model, bits=args.bits, dtype=args.dtype)

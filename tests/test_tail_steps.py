@@ -1,0 +1,75 @@
+"""probes/tail_steps.py: a tenant's gaps split by the steps that ended inside them, with the cost
+model's time for those steps; on the simulator's own run the prediction is its clock exactly."""
+
+import json
+import shutil
+from pathlib import Path
+from types import SimpleNamespace
+
+import pytest
+
+from mlxlab.core.runner import run_workload
+from mlxlab.core.workload import TraceWorkload
+from mlxlab.sim.simulator import Simulator
+from probes import tail_steps
+from probes.key_align_sim import load_point
+from probes.tail_steps import GAP_FIELDS, gap_summary, predicted_steps, replay, tenant_gaps
+from tests.test_warm_carry_sim import _doc
+
+
+def _rec(start, end, chunks=(), batch=1):
+    return {"start_s": start, "end_s": end, "duration_s": end - start, "decode_batch": batch,
+            "prefill_chunks": [list(c) for c in chunks], "prefill_tokens": sum(c[0] for c in chunks)}
+
+
+def test_each_gap_holds_the_steps_that_ended_inside_it_and_their_chunks():
+    recs = [_rec(0.0, 0.01), _rec(0.01, 0.05, [(512, 0)]), _rec(0.05, 0.06), _rec(0.06, 0.07, [(64, 512), (32, 0)]),
+            _rec(0.07, 0.08)]
+    chat = SimpleNamespace(tenant="chat", token_times_s=[0.01, 0.06, 0.08])
+    doc = SimpleNamespace(tenant="batch", token_times_s=[0.05, 0.07])
+    gaps = tenant_gaps([chat, doc], recs, "chat", predicted=[1.0, 2.0, 3.0, 4.0, 5.0])
+    assert [(g["steps"], g["chunk_tokens"], g["largest_chunk"]) for g in gaps] == [(2, 512, 512), (2, 96, 64)]
+    assert [g["predicted_s"] for g in gaps] == [5.0, 9.0] and gaps[0]["steps_s"] == pytest.approx(0.05)
+    s = gap_summary(gaps, top=1)
+    assert s["n"] == 2 and s["chunk"]["n"] == 2 and s["decode"] == {"n": 0}
+    assert len(s["top"]) == 1 and len(s["top"][0]) == len(GAP_FIELDS) and s["top"][0][0] == pytest.approx(0.05)
+    assert gap_summary([]) == {"n": 0}
+
+
+@pytest.mark.parametrize("policy,chunk,options", [("interleave", 1024, {}), ("stall_free", 2048, {"token_budget": 256})])
+def test_on_the_simulators_own_run_the_prediction_is_its_clock_and_the_gaps_give_its_p99(policy, chunk, options):
+    doc = _doc()
+    point = load_point(doc, "data/traces/samples")
+    cm = point["cost_model"]
+
+    def sim():
+        return Simulator(cm, policy=policy, chunk_size=chunk, **{**point["limits"], **options})
+
+    res = run_workload(sim(), TraceWorkload(list(point["arrivals"]), name="t"))
+    recs = [s.as_dict() for s in res.executor.steps]
+    assert [r["duration_s"] for r in recs] == pytest.approx(predicted_steps(recs, cm), abs=1e-12)
+    r = replay(sim(), point["arrivals"], "chat", cm, 5)
+    assert r["gaps"]["p99_s"] == r["itl_p99_s"] and r["gaps"]["n"] == 1015  # every gap of the chat, none twice
+    assert r["gaps"]["chunk"]["n"] > 0 and r["gaps"]["chunk"]["gap_p50_s"] > r["gaps"]["decode"]["gap_p50_s"]
+
+
+def test_the_probe_replays_a_tunes_settings_on_the_engine_and_keeps_the_gaps(tmp_path, monkeypatch):
+    shutil.copytree(Path("data/models"), tmp_path / "models")  # the presets; results go to tmp_path
+    monkeypatch.setenv("MLXLAB_DATA", str(tmp_path))
+    monkeypatch.setattr("probes.common.reexec_with_fast_blas", lambda: None)
+    doc = _doc()
+    doc["parameters"].update(length_scale=0.25, dtype="float32")
+    path = tmp_path / "tune.json"
+    path.write_text(json.dumps(doc))
+    assert tail_steps.main([str(path), "--settings", "interleave-256", "--repeats", "1", "--output-scale", "chat=2",
+                            "--platform", "scratch", "--label", "t"]) == 0
+    out = json.loads((tmp_path / "results" / "scratch" / "tail_steps_tiny_t.json").read_text())
+    run = out["settings"]["interleave-256"]
+    assert out["output_scale"] == {"chat": 2.0} and len(run["engine"]) == 1
+    # the chat asks for twice its tokens: gaps = its requests x (2 x its tokens at length 0.25, less one)
+    point = load_point({**doc, "parameters": {**doc["parameters"], "output_scale": {"chat": 2.0}}}, "data/traces/samples")
+    want = sum(len(range(a.max_tokens)) - 1 for a in point["arrivals"] if a.tenant == "chat")
+    assert run["sim"]["gaps"]["n"] == want and run["engine"][0]["gaps"]["n"] == want
+    assert run["engine"][0]["step_costs"] and out["mlx_env"] is not None
+    with pytest.raises(SystemExit, match="no grid setting"):
+        tail_steps.main([str(path), "--settings", "nope", "--platform", "scratch"])
