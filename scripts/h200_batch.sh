@@ -73,6 +73,10 @@
 #              decode only), with the cost model's time for the engine's own steps; then the same with the chat
 #              asking TAIL_CHAT_SCALE (4) x its tokens (~4x the gaps under its p99). Two processes (~250 s each, an
 #              estimate from the sweep's 10-35 s runs)
+#   packed     issue 37 item 1b: probes/fused_step_bench.py on coder-1.5b at 4 bits (one decode beside a 511-token chunk
+#              packed in one forward, against the two back to back; fresh caches of the same shapes every repeat, so
+#              all but the first meet warm shapes), 15 repeats, cuDNN attention on (mlx's default) and off (~100 s):
+#              whether a packed step costs more than its two forwards once its shapes are warm
 #   apart      issue 36 item 3: probes/decode_apart_probe.py on APART_MODEL (qwen2.5-0.5b) at 4 bits, in one process:
 #              a chat of 1,500 tokens streaming 256 beside back-to-back 16,000-token documents asking for 8 tokens,
 #              with the documents joining its batch or decoding apart (decode_apart=4096), 5 repeats alternating,
@@ -203,7 +207,7 @@
 #   --param "models=[PRESET]" --param bits=4 (cold_repeats now 5), one call per preset.
 set -uo pipefail
 cd "$(dirname "$0")/.."
-part=${1:?give a PART: engine | engine05 | sim | heldout | sched | sched_cudnn | slo | singlereq | rebatch | chunks | decodes | presize | align | limit | exit | contention | oprofile | serve | determinism | compiled | http | tune | disagg2 | encode | soak | apart | tail}
+part=${1:?give a PART: engine | engine05 | sim | heldout | sched | sched_cudnn | slo | singlereq | rebatch | chunks | decodes | presize | align | limit | exit | contention | oprofile | serve | determinism | compiled | http | tune | disagg2 | encode | soak | apart | tail | packed}
 H="bash scripts/h200.sh"
 # the results folder: h200, or MLXLAB_PLATFORM=h100 for a call that got an H100 (the same sm_90 bundle runs there)
 PLAT=${MLXLAB_PLATFORM:-h200}
@@ -346,6 +350,11 @@ case "$part" in
     P="$PY -m probes.tail_steps data/results/$PLAT/tune_$m.json --settings ${TAIL_SETTINGS:-interleave-4096 admission_gate-4096} --repeats ${TAIL_REPEATS:-3}"
     T=${T_TAIL:-270} run $P
     T=${T_TAIL:-270} run $P --output-scale chat=${TAIL_CHAT_SCALE:-4} --label "chat_x${TAIL_CHAT_SCALE:-4}" ;;
+  packed)  # issue 37 item 1b: a packed step against its two forwards back to back at one repeated shape (after the
+    # first repeat every shape is warm), with mlx's default cuDNN attention and with it off: one process each
+    P="$PY -m probes.fused_step_bench $M --repeats ${PACKED_REPEATS:-15}"
+    T=150 run $P --name fused_step_bench_cudnn_on
+    T=150 run env MLX_CUDA_USE_CUDNN_SDPA=0 $P --name fused_step_bench_cudnn_off ;;
   apart)  # issue 36 item 3 in one process: 8-token documents joining the chat's batch or decoding apart
     am=${APART_MODEL:-qwen2.5-0.5b}
     T=${T_APART:-400} run $PY -m probes.decode_apart_probe --model "$am" --bits 4 --doc-tokens 16000 \
