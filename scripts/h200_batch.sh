@@ -333,6 +333,9 @@ case "$part" in
              nm="tune_azure_$m" ;;
       *) echo "TUNE_TRACE is recorded or azure" >&2; exit 2 ;;
     esac
+    if [ -n "${TUNE_CHAT_SCALE:-}" ]; then  # the chat asks N x its tokens: its ITL p99 rests on N x the gaps
+      tr+=(--output-scale "chat=$TUNE_CHAT_SCALE"); nm="${nm}_chat_x$TUNE_CHAT_SCALE"
+    fi
     tt=${T_TUNE:-570}
     more=()  # the platform's committed file, if any: go on with its sweep (same card kind: the file names its card);
     # TUNE_FRESH=1 runs tune again over it

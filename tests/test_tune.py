@@ -285,6 +285,7 @@ def test_mlxlab_tune_on_a_trace_ends_with_a_choice_a_serve_line_and_its_files(tm
     assert doc["parameters"]["output_scale"] == {"chat": 2.0} and doc["trace"]["max_tokens"]["max"] == 12
     assert doc["trace"]["max_tokens"]["min"] == 2 and doc["trace"]["notes"][-1] == "outputs scaled: chat x2"
     assert [s["slo"] for s in doc["slo_samples"]] == doc["slos"] and "samples a run in this trace" in out.stdout
+    assert "thin:" in out.stdout and "--output-scale chat=4" in out.stdout  # 22 gaps: the p99 is their largest
     assert len(doc["grid"]) == len(default_grid(True, 150)) and doc["frontier"]
     assert {r["label"] for r in doc["confirmed"]} >= {BASELINE} and doc["choice"]["label"] != BASELINE
     assert doc["solo"]["chat"] and doc["profile"]["cached"] is False and (path.parent / "tune.png").is_file()
@@ -571,7 +572,7 @@ def test_tune_says_how_many_samples_an_slo_rests_on_in_the_trace():
     arrivals = [Arrival(0.0, "chat", i, [1, 2, 3], 114) for i in range(9)]
     arrivals += [Arrival(0.0, "batch", i, [1] * 40, 8) for i in range(22)]
     itl = support(parse_slo("chat.itl_p99<=3x"), arrivals)
-    assert itl == {"slo": "chat.itl_p99<=3x", "n": 9 * 113, "rank": 10, "rank_95": [5, 18]}
+    assert itl == {"slo": "chat.itl_p99<=3x", "n": 9 * 113, "rank": 10, "rank_95": [5, 18], "thin": True}
     assert support(parse_slo("batch.ttft_p50<=2x"), arrivals)["n"] == 22
     assert support(parse_slo("all.ttft_p90<=2s"), arrivals)["n"] == 31
     assert support(parse_slo("chat.itl_max<=1s"), arrivals)["rank_95"] == [1, 1]
@@ -579,3 +580,4 @@ def test_tune_says_how_many_samples_an_slo_rests_on_in_the_trace():
     # ten times the gaps: the interval narrows relative to the figure's rank
     spread = [(s["rank_95"][1] - s["rank_95"][0]) / s["rank"] for s in (wide, narrow)]
     assert spread[1] < spread[0]
+    assert narrow["rank"] == 102 and not narrow["thin"]  # a p99 over ten times the gaps is not thin

@@ -103,7 +103,7 @@ class Helpers:
                 "appendix": self.appendix, "platforms": lambda: columns(s), "claim_ids": lambda: list(s.claims()),
                 "platforms_for": lambda cid: platforms_for(s, cid),
                 "campaign_pending": self.campaign_pending, "plans": self.plans, "simulated_only": self.simulated_only,
-                "measured_before": self.measured_before}
+                "measured_before": self.measured_before, "thin_rank": _thin_rank()}
 
     def measured_before(self, spec: str, commit: str) -> Optional[bool]:
         """Whether the results file ``spec`` was measured at a commit before ``commit`` (its
@@ -208,6 +208,12 @@ class Helpers:
         from mlxlab.paper.tables import appendix_markdown
 
         return appendix_markdown(self.store)
+
+
+def _thin_rank() -> int:
+    from mlxlab.studies.tune.slo import THIN_RANK  # the rank below which tune calls a tail figure thin
+
+    return THIN_RANK
 
 
 def _markdown():

@@ -251,7 +251,10 @@ def tune(model, arrivals: list, slos: Sequence[SLO], *, objective: Optional[str]
     samples = [support(s, arrivals) for s in slos]
     for sp in samples:
         say(f"[tune] {sp['slo']}: {sp['n']:,} samples a run in this trace, its figure about the #{sp['rank']} largest "
-            f"(the distribution's own lies between #{sp['rank_95'][0]} and #{sp['rank_95'][1]}, 95%)")
+            f"(the distribution's own lies between #{sp['rank_95'][0]} and #{sp['rank_95'][1]}, 95%)"
+            + (f"; thin: a few steps more or less beside them move it, so settings close on it rank by chance "
+               + (f"(more of them: --output-scale {sp['slo'].split('.')[0]}=4)" if not sp["slo"].startswith("all.")
+                  else "(a longer trace)") if sp.get("thin") else ""))
     t_solo = time.perf_counter()
 
     # the simulated grid: here, or on a cluster's workers through ``mapper`` (each point carries the

@@ -153,6 +153,14 @@ def parse_objective(text: str) -> tuple:
     return tenant, metric
 
 
+#: a tail figure that is about its trace's THIN_RANK-th largest sample or nearer the top rests on too few: on
+#: an H100 the chat's ITL p99 of 1,015 gaps (the 11th largest) sat on a decode gap where the engine put a
+#: document's chunk beside 4 of its gaps and on a chunk step where it put one beside 19-29 (or the simulator
+#: 11-12), so the same setting measured 4.5 or 86 ms; with the chat asking 4x its tokens (the 43rd largest of
+#: 4,087) every run's p99 sat on a chunk step (probes/tail_steps.py, data/results/h100/tail_steps_*.json)
+THIN_RANK = 20
+
+
 def support(slo: SLO, arrivals: Sequence) -> dict:
     """How many of a trace's samples ``slo``'s figure rests on: ``n``, the samples of its metric for
     its tenant (``all``: every request) in one run (ITL: each request's tokens less one, as a run
@@ -161,7 +169,8 @@ def support(slo: SLO, arrivals: Sequence) -> dict:
     and ``rank_95``, the run's samples, counted from the largest, between which the distribution's own
     percentile lies with 95% confidence (the distribution-free interval of a quantile from binomial
     order statistics, scipy). A figure that rests on a handful of samples moves between runs by what
-    those few met (a chat's p99 gap lands on a decode step or on a document's chunk)."""
+    those few met (a chat's p99 gap lands on a decode step or on a document's chunk): ``thin`` where
+    ``rank`` is below :data:`THIN_RANK`."""
     from scipy.stats import binom
 
     kind, pct = METRICS[slo.metric]
@@ -169,9 +178,10 @@ def support(slo: SLO, arrivals: Sequence) -> dict:
     n = sum(max(int(a.max_tokens) - 1, 0) for a in mine) if kind == "itl_s" else len(mine)
     tail = 0.0 if pct == "max" else 1.0 - int(pct[1:]) / 100
     if n == 0 or tail == 0.0:
-        return {"slo": slo.text, "n": n, "rank": 1, "rank_95": [1, 1]}
+        return {"slo": slo.text, "n": n, "rank": 1, "rank_95": [1, 1], "thin": False}
     lo, hi = (int(binom.ppf(q, n, tail)) + 1 for q in (0.025, 0.975))
-    return {"slo": slo.text, "n": n, "rank": max(1, round(n * tail)), "rank_95": [lo, hi]}
+    rank = max(1, round(n * tail))
+    return {"slo": slo.text, "n": n, "rank": rank, "rank_95": [lo, hi], "thin": rank < THIN_RANK}
 
 
 def solo_needed(slos: Sequence[SLO]) -> List[str]:
