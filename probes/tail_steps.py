@@ -44,6 +44,8 @@ import numpy as np
 from probes import common
 
 GAP_FIELDS = ("gap_s", "steps", "chunk_tokens", "largest_chunk", "decode_batch", "steps_s", "predicted_s")
+REQUEST_FIELDS = ("tenant", "arrival_s", "first_token_s", "last_token_s", "tokens")
+CHUNK_FIELDS = ("start_s", "end_s", "chunk_tokens", "decode_batch")
 
 
 def parse_args(argv=None):
@@ -132,6 +134,18 @@ def gap_summary(gaps: Sequence[dict], top: int = 12) -> dict:
             "top": [[x[f] for f in GAP_FIELDS] for x in ranked[:top]]}
 
 
+def timeline(requests: Sequence, records: Sequence[dict]) -> dict:
+    """When each request arrived, got its first and last token (rows of :data:`REQUEST_FIELDS`), and
+    when each step with a prefill chunk ran (rows of :data:`CHUNK_FIELDS`), seconds from the first
+    arrival: where the two sides' counts of chunk gaps part, which documents met which chats."""
+    t0 = min((r.arrival_s for r in requests), default=0.0)
+    reqs = [[r.tenant, r.arrival_s - t0, (r.token_times_s[0] - t0) if r.token_times_s else None,
+             (r.token_times_s[-1] - t0) if r.token_times_s else None, len(r.token_times_s)] for r in requests]
+    chunks = [[r["start_s"] - t0, r["end_s"] - t0, int(sum(c[0] for c in r.get("prefill_chunks") or [])),
+               int(r.get("decode_batch", 0))] for r in records if r.get("prefill_chunks")]
+    return {"requests": reqs, "chunk_steps": chunks}
+
+
 def step_costs(records: Sequence[dict], predicted: Sequence[float]) -> Dict[str, dict]:
     """The engine's steps by kind (decode only; prefill with the largest chunk up to 512, 2048 or
     more tokens; with or without decode rows): median measured duration, median prediction and
@@ -165,7 +179,7 @@ def replay(executor, arrivals, tenant: str, cost_model, top: int) -> dict:
     return {"itl_p99_s": s.get("itl_s", {}).get("p99"), "itl_p50_s": s.get("itl_s", {}).get("p50"),
             "steps": len(recs), "wall_s": res.wall_s,
             "gaps": gap_summary(tenant_gaps(res.submitted, recs, tenant, pred), top),
-            "step_costs": step_costs(recs, pred)}
+            "step_costs": step_costs(recs, pred), "timeline": timeline(res.submitted, recs)}
 
 
 def _point(doc: dict, traces: str, output_scale: Optional[dict]) -> dict:
@@ -233,6 +247,7 @@ def main(argv=None) -> int:
     common.save(args, "tail_steps", {"tune": Path(args.tune).name, "tune_source_commit": (doc.get("environment") or {})
                                      .get("source_commit"), "tenant": tenant, "output_scale": scale,
                                      "repeats": args.repeats, "gap_fields": list(GAP_FIELDS),
+                                     "request_fields": list(REQUEST_FIELDS), "chunk_fields": list(CHUNK_FIELDS),
                                      "cost_model": doc["profile"]["cost_model"], "settings": out}, name=name)
     return 0
 

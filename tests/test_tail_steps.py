@@ -51,6 +51,13 @@ def test_on_the_simulators_own_run_the_prediction_is_its_clock_and_the_gaps_give
     r = replay(sim(), point["arrivals"], "chat", cm, 5)
     assert r["gaps"]["p99_s"] == r["itl_p99_s"] and r["gaps"]["n"] == 1015  # every gap of the chat, none twice
     assert r["gaps"]["chunk"]["n"] > 0 and r["gaps"]["chunk"]["gap_p50_s"] > r["gaps"]["decode"]["gap_p50_s"]
+    # the timeline: every request once, from the first arrival; a chunk step per step that prefilled
+    tl = r["timeline"]
+    assert len(tl["requests"]) == len(point["arrivals"]) and min(q[1] for q in tl["requests"]) == 0.0
+    assert all(q[1] <= q[2] <= q[3] for q in tl["requests"]) and {q[0] for q in tl["requests"]} == {"chat", "batch"}
+    assert len(tl["chunk_steps"]) == sum(1 for s in recs if s["prefill_chunks"])
+    # every prompt token but the last is prefilled in chunks (the last goes in with the first decode, as mlx-lm's)
+    assert sum(c[2] for c in tl["chunk_steps"]) == sum(len(a.prompt) - 1 for a in point["arrivals"])
 
 
 def test_the_probe_replays_a_tunes_settings_on_the_engine_and_keeps_the_gaps(tmp_path, monkeypatch):
