@@ -52,7 +52,8 @@ def load_point(doc: dict, traces: str) -> dict:
     from mlxlab.studies.tune.slo import parse_slo
 
     p = doc["parameters"]
-    cm = (doc.get("profile") or {}).get("cost_model")
+    # the model the grid was simulated on: calibrated on the solo run where tune did so, else the fitted one
+    cm = (doc.get("calibration") or {}).get("cost_model") or (doc.get("profile") or {}).get("cost_model")
     if not cm:
         raise ValueError("this tune file keeps no fitted cost model (profile.cost_model): re-run mlxlab tune")
     if not p.get("trace"):

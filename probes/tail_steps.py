@@ -5,8 +5,9 @@ simulator, for settings of a stored tune.
 misplaces the chat's ITL p99 where documents are prefilled in large chunks (llama-1b's
 interleave-4096: measured 6-20 ms in three runs, simulated 44 ms; coder-1.5b's: measured above the
 simulation). This replays the tune's trace with the chosen settings on the engine (serial steps, as
-the sweep runs them) and on the tune's own fitted cost model (``profile.cost_model``), keeps every
-step, and splits the tenant's gaps between two of its tokens by what ran in them:
+the sweep runs them) and on the cost model its grid was simulated on (``profile.cost_model``, or
+``calibration``'s), keeps every step, and splits the tenant's gaps between two of its tokens by
+what ran in them:
 
 * ``decode``: no prefill chunk ended inside the gap; ``chunk``: at least one did (its tokens are
   the gap's ``chunk_tokens``);
@@ -248,7 +249,7 @@ def main(argv=None) -> int:
                                      .get("source_commit"), "tenant": tenant, "output_scale": scale,
                                      "repeats": args.repeats, "gap_fields": list(GAP_FIELDS),
                                      "request_fields": list(REQUEST_FIELDS), "chunk_fields": list(CHUNK_FIELDS),
-                                     "cost_model": doc["profile"]["cost_model"], "settings": out}, name=name)
+                                     "cost_model": cm.as_dict(), "settings": out}, name=name)
     return 0
 
 

@@ -97,6 +97,27 @@ def simulate(doc: dict, point: dict) -> Dict[str, List[dict]]:
     return out
 
 
+def sweep_files(paths, traces: str, need=None):
+    """``(path, doc, point, platform)`` for each stored tune with a sweep of two whole repeats whose
+    point :func:`probes.key_align_sim.load_point` can rebuild; ``need(doc)``: a reason to skip it too
+    (or None). Each file skipped is named on stderr with why."""
+    from probes.key_align_sim import load_point
+
+    for path in paths:
+        doc = json.loads(Path(path).read_text())
+        why = "no sweep of two whole repeats" if (doc.get("sweep") or {}).get("repeats", 0) < 2 else \
+            (need(doc) if need is not None else None)
+        if why:
+            print(f"{path}: {why}; skipped", file=sys.stderr)
+            continue
+        try:
+            point = load_point(doc, traces)
+        except ValueError as e:
+            print(f"{path}: {e}; skipped", file=sys.stderr)
+            continue
+        yield path, doc, point, (doc.get("environment") or {}).get("platform") or Path(path).parent.name
+
+
 def score(doc: dict, rows: List[dict]) -> dict:
     """tau and the median errors of ``rows`` against ``doc``'s measured sweep."""
     from mlxlab.studies.tune.verdict import evaluation
@@ -109,22 +130,12 @@ def score(doc: dict, rows: List[dict]) -> dict:
 
 def main(argv=None) -> int:
     from mlxlab.core.results import run_folder, save_results
-    from probes.key_align_sim import load_point
 
     args = parse_args(argv)
     files, plat = [], None
     print(f"{'file':48s} {'way':8s} {'tau SLO':>8s} {'tau obj':>8s} {'err obj':>8s} {'err SLO':>8s} {'apart':>6s}")
-    for path in args.tunes:
-        doc = json.loads(Path(path).read_text())
-        if (doc.get("sweep") or {}).get("repeats", 0) < 2:
-            print(f"{path}: no sweep of two whole repeats; skipped", file=sys.stderr)
-            continue
-        try:
-            point = load_point(doc, args.traces)
-        except ValueError as e:
-            print(f"{path}: {e}; skipped", file=sys.stderr)
-            continue
-        plat = plat or (doc.get("environment") or {}).get("platform") or Path(path).parent.name
+    for path, doc, point, where in sweep_files(args.tunes, args.traces):
+        plat = plat or where
         ways = simulate(doc, point)
         scores = {w: score(doc, ways[w]) for w in WAYS}
         for w in WAYS:

@@ -227,6 +227,22 @@ def test_resume_refuses_a_file_run_with_other_arguments(tmp_path, monkeypatch, c
     assert main(args) == 2 and "not a tune results file" in capsys.readouterr().err
 
 
+def test_calibration_uses_the_first_solo_run_with_an_itl_and_skips_without_one():
+    from mlxlab.core.costmodel import StepCostModel
+    from mlxlab.core.workload import Arrival
+    from mlxlab.studies.tune.calibrate import calibrate_from_solos, solo_itl_p50
+
+    cm = StepCostModel.from_coefficients({"decode_step": 3e-3, "prefill_tokens": 1e-5})
+    arrivals = [Arrival(0.0, "chat", 0, [1] * 50, 20), Arrival(0.5, "batch", 1, [1] * 400, 2)]
+    limits = {"vocab_size": 100, "max_context": 4096}
+    solo = lambda p50: {"chat": {"itl_s": {"p50": p50}}}  # noqa: E731
+    out, rec = calibrate_from_solos(cm, arrivals, limits, {"chat": solo(0.005), "all": {}})
+    assert rec["tenant"] == "chat" and rec["decode_step_s"] == [pytest.approx(3e-3), pytest.approx(5e-3)]
+    assert solo_itl_p50(out, arrivals, limits, "chat") == pytest.approx(0.005)
+    assert calibrate_from_solos(cm, arrivals, limits, {"chat": solo(float("nan"))}) == (cm, None)
+    assert calibrate_from_solos(cm, arrivals, limits, {}) == (cm, None)
+
+
 def test_output_scale_takes_tenant_equals_factor_and_refuses_a_preset(monkeypatch, capsys):
     from mlxlab.cli import main
     from mlxlab.cli.tune import tenant_factor
@@ -286,6 +302,10 @@ def test_mlxlab_tune_on_a_trace_ends_with_a_choice_a_serve_line_and_its_files(tm
     assert doc["trace"]["max_tokens"]["min"] == 2 and doc["trace"]["notes"][-1] == "outputs scaled: chat x2"
     assert [s["slo"] for s in doc["slo_samples"]] == doc["slos"] and "samples a run in this trace" in out.stdout
     assert "thin:" in out.stdout and "--output-scale chat=4" in out.stdout  # 22 gaps: the p99 is their largest
+    # the grid was simulated on the profile with its decode cost moved to the chat's solo run
+    cal = doc["calibration"]
+    assert cal["tenant"] == "chat" and cal["measured_itl_p50_s"] == doc["solo"]["chat"]["chat"]["itl_s"]["p50"]
+    assert cal["cost_model"]["coef"] != doc["profile"]["cost_model"]["coef"] and "decode cost calibrated" in out.stdout
     assert len(doc["grid"]) == len(default_grid(True, 150)) and doc["frontier"]
     assert {r["label"] for r in doc["confirmed"]} >= {BASELINE} and doc["choice"]["label"] != BASELINE
     assert doc["solo"]["chat"] and doc["profile"]["cached"] is False and (path.parent / "tune.png").is_file()

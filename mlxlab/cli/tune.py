@@ -60,6 +60,8 @@ def register(sub: argparse._SubParsersAction) -> None:
     tp.add_argument("--quick", action="store_true", help="a small profile and grid (CI, a first look)")
     tp.add_argument("--reprofile", action="store_true", help="measure the device profile again, not from the cache")
     tp.add_argument("--no-baseline", action="store_true", help="skip mlx-lm's BatchGenerator on the engine")
+    tp.add_argument("--no-calibrate", action="store_true",
+                    help="simulate on the profile as fitted, not with its decode cost moved to the solo run measured here")
     tp.add_argument("--sweep", action="store_true",
                     help="also run every grid setting on the engine (the exhaustive sweep) and decide the regret, "
                          "rank and speed claims")
@@ -242,7 +244,7 @@ def cli_tune(args: argparse.Namespace) -> int:
           flush=True)
     say = lambda s: print(s, flush=True)  # noqa: E731
     common = dict(objective=args.objective, top_k=args.top_k, repeats=args.repeats, quick=args.quick,
-                  reprofile=args.reprofile, baseline=not args.no_baseline, say=say)
+                  reprofile=args.reprofile, baseline=not args.no_baseline, say=say, calibrate=not args.no_calibrate)
     if args.cluster:
         with open_sweep(args.cluster) as cluster:
             doc = tune(model, arrivals, slos, mapper=cluster.mapper(timed=False, desc="tune: simulating"), **common)

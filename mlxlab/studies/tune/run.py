@@ -32,6 +32,7 @@ from typing import Callable, Dict, List, Optional, Sequence
 
 from mlxlab.core.paths import data_dir
 from mlxlab.core.plan import SLO_KEY_ALIGN_SHAPES  # noqa: F401 - slo's alignment in the shape-keyed grid
+from mlxlab.studies.tune.calibrate import REF, calibrate_from_solos
 from mlxlab.studies.tune.slo import (SLO, check, choose, figure, objective_name, pareto, parse_objective, slo_table,
                                      solo_needed, support, worst_ratio)
 
@@ -204,12 +205,14 @@ def simulate_setting(point: dict) -> dict:
 def tune(model, arrivals: list, slos: Sequence[SLO], *, objective: Optional[str] = None,
          grid: Optional[List[dict]] = None, top_k: int = 3, repeats: int = 3, quick: bool = False,
          reprofile: bool = False, cost_model=None, baseline: bool = True, progress: bool = True,
-         say: Callable[[str], None] = print, mapper: Optional[Callable] = None) -> dict:
+         say: Callable[[str], None] = print, mapper: Optional[Callable] = None, calibrate: bool = True) -> dict:
     """Tune ``model``'s serving settings for ``arrivals`` (a trace's
     :func:`mlxlab.core.traces.to_arrivals`) under ``slos``; returns the ``tune.json`` document
     (see the module docstring). ``cost_model``: use this one instead of the device profile.
     ``mapper``: a ``map``-like ``(fn, points) -> values in order`` for the simulated grid (a
-    cluster's, :meth:`mlxlab.core.cluster.Sweep.mapper`); default: this process."""
+    cluster's, :meth:`mlxlab.core.cluster.Sweep.mapper`); default: this process. ``calibrate``: move the
+    profile's decode cost to the solo run measured here before simulating
+    (:mod:`mlxlab.studies.tune.calibrate`; the file keeps the fitted model and the calibration)."""
     from mlxlab.core.runner import run_workload
     from mlxlab.sim.simulator import Simulator
 
@@ -238,7 +241,7 @@ def tune(model, arrivals: list, slos: Sequence[SLO], *, objective: Optional[str]
 
     # solo figures: each tenant a relative SLO names, alone on the engine (default settings)
     solos: Dict[str, dict] = {}
-    ref = {"label": "interleave-2048", "policy": "interleave", "chunk_size": 2048, "options": {}}
+    ref = REF
     for t in solo_needed(slos):
         runs = []
         for _ in range(repeats):
@@ -256,6 +259,9 @@ def tune(model, arrivals: list, slos: Sequence[SLO], *, objective: Optional[str]
                + (f"(more of them: --output-scale {sp['slo'].split('.')[0]}=4)" if not sp["slo"].startswith("all.")
                   else "(a longer trace)") if sp.get("thin") else ""))
     t_solo = time.perf_counter()
+    fitted, calibration = cm, None  # simulation time from here: the calibration simulates the solo runs
+    if calibrate:
+        cm, calibration = calibrate_from_solos(cm, arrivals, Simulator.limits_of(model), solos, say)
 
     # the simulated grid: here, or on a cluster's workers through ``mapper`` (each point carries the
     # cost model, the model's limits and the trace: no MLX object travels)
@@ -323,7 +329,8 @@ def tune(model, arrivals: list, slos: Sequence[SLO], *, objective: Optional[str]
             "objective": objective,
             "solo": solos, "profile": {"path": Path(prof["path"]).name if prof["path"] else None,
                         **{k: prof[k] for k in ("cached", "grid", "wall_s")},
-                        "cost_model": cm.as_dict() if hasattr(cm, "as_dict") else None},
+                        "cost_model": fitted.as_dict() if hasattr(fitted, "as_dict") else None},
+            "calibration": calibration,
             "grid": sim_rows, "frontier": frontier, "confirmed": rows, "choice": choice.as_dict(),
             "vs_mlx_lm": vs_mlx_lm, "wall_s": {"profile": t_prof - t0, "solo": t_solo - t_prof,
                                                "simulate": t_sim - t_solo, "confirm": t_conf - t_sim,
