@@ -140,7 +140,20 @@
 #      ~90 s, the call was stopped at 339 s and brought back nothing (tr buffered the log; fixed, and files now
 #      reach $OUT as they are written). Give it a call of its own with >= 450 s of device time; the apart part
 #      (~150 s) measures the same in one process first and needs no mlx_lm.server: run it in the same session;
-#   1. (next: the H200; the H100 files are whole since 12-06 #12) on an H100, llama-3.2-1b with the key_align grid
+# 12-06 (#13): four H100 calls (1,736 s held of 1,800; two refused starts ~90 s): at 491f6fe, after renaming the H100
+# llama file to *_before_key_align, llama-3.2-1b fresh with the key_align grid (539 s: tune, 17 runs) and resumed
+# (244 s: the other 19): regret 37.9%, tau 0.63/0.90; at b1b4818 the tail part on llama (tail_steps, the trace and the
+# chat x4, 3 repeats each) and the packed part (fused_step_bench cuDNN on/off) in one call (291 s), and the tail
+# part's first process on coder-1.5b (199 s; its chat x4 process also finished). Found: the chat's p99 (#11 of 1,015
+# gaps) lands on a chunk step where more than ~11 gaps meet a document's chunk, and that count follows how fast the
+# chat decodes (tune now calibrates the decode cost on its solo run: mlxlab.studies.tune.calibrate).
+#   1. (next) tune with the chat asking 4x its tokens, so the SLO's p99 rests on ~43 gaps, and the decode calibrated
+#      (both new since 12-06 #13): TUNE_FRESH=1 TUNE_CHAT_SCALE=4 T_TUNE=560 TUNE_MODEL=qwen2.5-coder-1.5b bash
+#      scripts/h200_batch.sh tune (writes tune_MODEL_chat_x4.json: no rename needed), then resume calls (TUNE_CHAT_SCALE=4
+#      again; its runs are longer than the plain trace's: ~2-3 calls); then llama-3.2-1b the same. Any card; on the
+#      H200 first its old file (old grid, no sweep) is renamed to tune_qwen2.5-coder-1.5b_before_unpacked.json and the
+#      plain trace tuned fresh as well. Earlier text of this item (done on H100s through 12-06 #13):
+#      on an H100, llama-3.2-1b with the key_align grid
 #      as coder's (rename h100/tune_llama-3.2-1b.json to *_before_key_align.json, then TUNE_FRESH=1 and a resume
 #      call, ~800 s). On the H200 (its file has the old grid and rule): TUNE_FRESH=1 coder-1.5b, then resume calls; then llama-3.2-1b the
 #      same. Earlier text of this item:
@@ -152,7 +165,8 @@
 #      with the H100 file first renamed to named history (tune_MODEL_before_unpacked.json). The tune part resumes by itself where the platform's file exists (TUNE_FRESH=1
 #      runs tune anew), so one command serves an H200 (resume) and an H100 (a fresh tune there, or its resume). Also on the H200:
 #      llama-3.2-1b recorded (fresh ~500 s + resume ~150 s, as on the H100);
-#   1d. (after 1, any card) why the chat's tail is mis-simulated where documents are prefilled in large chunks
+#   1d. (done on an H100, 12-06 #13: `tail`, h100/tail_steps_*.json; left: the timelines tail_steps keeps since, for
+#      which documents meet which chats) why the chat's tail is mis-simulated where documents are prefilled in large chunks
 #      (interleave-4096 and admission_gate on the H100 files: the chat's ITL p99 measured 6-20 ms against 44 ms
 #      simulated on llama-1b, 86-143 against 58 ms on coder-1.5b): the engine's per-step records of those runs
 #      (validate-sim keeps steps; tune's sweep keeps summaries only), and a recorded trace with more of the chat's
@@ -166,7 +180,9 @@
 #      costs tens of ms with cuDNN on and not off, the shape rule is right and its cost term should be large;
 #      if a new size costs it and a new key does not, the size rule was right and the cause lies elsewhere
 #      (then CUDA graphs: compare graphs_off);
-#   1b. why a packed step is slow with cuDNN attention: the shapes probe (12-06 #11) says a new attention shape costs
+#   1b. (done on an H100, 12-06 #13: `packed`; packed 17.6 ms against 20.3 ms as two forwards with cuDNN on, 23.2
+#      against 26.0 off; left: a sweep with stall_free packed and key_align, to see whether packs_well can say yes there)
+#      why a packed step is slow with cuDNN attention: the shapes probe (12-06 #11) says a new attention shape costs
 #      ~66 ms on first use, which a packed step meets as an unpacked one does; left: a packed stall_free step with
 #      cuDNN on and off at a repeated shape, to see whether packing costs anything beyond the shapes (then
 #      packs_well could say yes again on CUDA);
