@@ -96,8 +96,8 @@ def tenant_gaps(requests: Sequence, records: Sequence[dict], tenant: str,
             continue
         t = list(req.token_times_s)
         for a, b in zip(t, t[1:]):
-            inside = [records[order[i]] for i in range(bisect.bisect_right(ends, a), bisect.bisect_right(ends, b))]
             idx = [order[i] for i in range(bisect.bisect_right(ends, a), bisect.bisect_right(ends, b))]
+            inside = [records[i] for i in idx]
             chunks = [c[0] for r in inside for c in (r.get("prefill_chunks") or [])]
             out.append({"gap_s": b - a, "steps": len(inside), "chunk_tokens": int(sum(chunks)),
                         "largest_chunk": int(max(chunks, default=0)),

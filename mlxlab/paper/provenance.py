@@ -29,8 +29,8 @@ COMMANDS = {"bench_engine": "mlxlab bench engine --name {stem}",
             "presize_probe": "python -m probes.presize_probe", "rebatch_probe": "python -m probes.rebatch_probe",
             "align_ab": "python -m probes.align_ab", "decode_modes": "python -m probes.decode_modes",
             "overlap_probe": "python -m probes.overlap_probe", "shape_probe": "python -m probes.shape_probe",
-            "tail_steps": "python -m probes.tail_steps",
-            "solo_calibrate_sim": "python -m probes.solo_calibrate_sim --save", "fused_step_bench": "python -m probes.fused_step_bench"}
+            "tail_steps": "python -m probes.tail_steps", "fused_step_bench": "python -m probes.fused_step_bench",
+            "solo_calibrate_sim": "python -m probes.solo_calibrate_sim --save"}
 GPU_WRAPPER = "bash scripts/h200.sh"
 MIN_REPEATS = 5  # the repeats every quoted timing should have (issue 20: medians with their spread)
 INFERRED = " (inferred: the file stores no command line)"

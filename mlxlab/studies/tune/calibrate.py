@@ -9,8 +9,9 @@ and met fewer of their chunks (``probes/tail_steps.py``: 11 of its gaps against 
 Moving the fixed cost of a decode forward (``decode_step``) until the simulated solo ITL p50 is the
 measured one brought that count to 24-28 and the simulated p99 to 91-97 ms against 86-87 measured,
 and over four stored H100 sweeps raised Kendall's tau on the SLO ratio in two (0.50 to 0.63, 0.78 to
-0.88) and left it in two, the simulator's error on the SLO ratio falling in three
-(``probes/solo_calibrate_sim.py``). The per-step host overhead cannot do it: a pipelined decode hides
+0.88) and left it in two, the simulator's error on the SLO ratio falling in two (16% to 7%, 11% to 8%)
+and moving a point in the others (``probes/solo_calibrate_sim.py``,
+``data/results/sim-h100/solo_calibrate_sim.json``). The per-step host overhead cannot do it: a pipelined decode hides
 it. The solo run is tune's own measurement, so the sweep that scores the ranking stays held out.
 """
 
