@@ -38,8 +38,9 @@ def test_a_pipelined_decode_is_calibrated_too(monkeypatch):
     sim = solo_itl_p50(point, point["cost_model"], "chat")
     cm2, _ = calibrated(_with_solo(sim + 0.002), point, "chat")
     assert solo_itl_p50(point, cm2, "chat") == pytest.approx(sim + 0.002, rel=1e-3)
-    # why the decode cost and not the per-step host overhead: a pipelined decode hides the overhead
-    more = dataclasses.replace(point["cost_model"], overhead_s=0.003)
+    # why the decode cost and not the per-step host overhead: a pipelined decode hides host work shorter than
+    # its tail (on the H100 files the overhead that would have matched the solo run stayed under it)
+    more = dataclasses.replace(point["cost_model"], overhead_s=0.0019)
     assert solo_itl_p50(point, more, "chat") == sim
 
 
