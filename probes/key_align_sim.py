@@ -48,7 +48,7 @@ def load_point(doc: dict, traces: str) -> dict:
     model's limits, the trace's arrivals, the SLOs, solo figures, objective and tenants."""
     from mlxlab.core.costmodel import StepCostModel
     from mlxlab.core.presets import model_limits, preset_config
-    from mlxlab.core.traces import read_trace, scale_outputs, scale_trace, to_arrivals
+    from mlxlab.core.traces import prepare_trace, to_arrivals
     from mlxlab.studies.tune.slo import parse_slo
 
     p = doc["parameters"]
@@ -59,14 +59,10 @@ def load_point(doc: dict, traces: str) -> dict:
     if not p.get("trace"):
         raise ValueError("this tune ran a --workload preset, not a trace file: only traces are replayed here")
     vocab, ctx = model_limits(preset_config(p["model"]))
-    trace = read_trace(Path(traces) / p["trace"], p.get("trace_format") or "auto", max_context=None,
-                       split_tokens=p.get("split_tokens"))
-    if p.get("time_scale", 1.0) != 1.0 or p.get("length_scale", 1.0) != 1.0:
-        trace = scale_trace(trace, time_scale=p.get("time_scale", 1.0), length_scale=p.get("length_scale", 1.0))
-    if p.get("output_scale"):
-        trace = scale_outputs(trace, p["output_scale"])
-    if p.get("max_requests"):
-        trace.requests = trace.requests[:p["max_requests"]]
+    trace = prepare_trace(Path(traces) / p["trace"], p.get("trace_format") or "auto",
+                          split_tokens=p.get("split_tokens"), time_scale=p.get("time_scale", 1.0),
+                          length_scale=p.get("length_scale", 1.0), output_scale=p.get("output_scale"),
+                          max_requests=p.get("max_requests"))
     return {"cost_model": StepCostModel.from_dict(cm), "limits": {"vocab_size": vocab, "max_context": ctx},
             "arrivals": to_arrivals(trace, vocab, p.get("seed") or 0), "slos": [parse_slo(s) for s in doc["slos"]],
             "solos": doc["solo"], "objective": doc["objective"], "tenants": doc["tenants"]}

@@ -8,8 +8,8 @@ import json
 import httpx
 import pytest
 
-from mlxlab.core.traces import (MOONCAKE_BLOCK, TraceError, TraceRequest, block_hashes, read_trace, scale_outputs,
-                                scale_trace, to_arrivals, write_trace)
+from mlxlab.core.traces import (MOONCAKE_BLOCK, TraceError, TraceRequest, block_hashes, prepare_trace, read_trace,
+                                scale_outputs, scale_trace, to_arrivals, write_trace)
 from mlxlab.core.workload import TraceWorkload
 
 
@@ -64,6 +64,18 @@ def test_output_scale_gives_one_tenant_more_tokens_and_leaves_the_rest_alone():
         scale_outputs(t, {"chats": 2})
     with pytest.raises(ValueError, match="finite number above 0"):
         scale_outputs(t, {"chat": -1})
+
+
+def test_prepare_trace_scales_lengths_then_outputs_then_cuts_as_tune_replays_it():
+    path = "data/traces/samples/seed001_scene_tiny.jsonl"
+    t = read_trace(path)
+    p = prepare_trace(path, time_scale=2.0, length_scale=0.5, output_scale={"chat": 3}, max_requests=5)
+    assert len(p.requests) == 5 and p.notes[-2:] == ["scaled: arrival gaps x2, lengths x0.5", "outputs scaled: chat x3"]
+    for a, b in zip(t.requests, p.requests):
+        assert b.arrival_s == pytest.approx(a.arrival_s * 2) and b.prompt_tokens == max(1, round(a.prompt_tokens * 0.5))
+        half = max(1, round(a.max_tokens * 0.5))  # the length scale first, the chat's factor on what it left
+        assert b.max_tokens == (max(1, round(half * 3)) if a.tenant == "chat" else half)
+    assert prepare_trace(path).requests == t.requests  # no scale: the trace as read
 
 
 @pytest.mark.parametrize("body,line,words", [

@@ -99,7 +99,7 @@ class _Millisecond:
 def _arrivals(args, model) -> tuple:
     """The trace's arrivals and its summary for the results."""
     from mlxlab.core.presets import model_limits
-    from mlxlab.core.traces import read_trace, scale_outputs, scale_trace, to_arrivals
+    from mlxlab.core.traces import prepare_trace, to_arrivals
 
     vocab, ctx = model_limits(model)
     if args.workload:
@@ -119,13 +119,8 @@ def _arrivals(args, model) -> tuple:
         tenants = sorted({a.tenant for a in arrivals})
         return arrivals, {"format": "workload", "name": wl.name, "requests": len(arrivals), "time_scale": args.time_scale,
                           "tenants": {t: sum(a.tenant == t for a in arrivals) for t in tenants}}
-    trace = read_trace(args.trace, args.trace_format, max_context=None, split_tokens=args.split_tokens)
-    if args.time_scale != 1.0 or args.length_scale != 1.0:
-        trace = scale_trace(trace, time_scale=args.time_scale, length_scale=args.length_scale)
-    if args.output_scale:
-        trace = scale_outputs(trace, args.output_scale)
-    if args.max_requests:
-        trace.requests = trace.requests[:args.max_requests]
+    trace = prepare_trace(args.trace, args.trace_format, split_tokens=args.split_tokens, time_scale=args.time_scale,
+                          length_scale=args.length_scale, output_scale=args.output_scale, max_requests=args.max_requests)
     for i, r in enumerate(trace.requests):
         if r.prompt_tokens + r.max_tokens > ctx:
             raise ValueError(f"{args.trace}: request {i + 1} needs {r.prompt_tokens + r.max_tokens} tokens of context, "

@@ -323,6 +323,22 @@ def scale_outputs(trace: Trace, factors: Dict[str, float]) -> Trace:
     return Trace(out, trace.format, trace.path, trace.notes + [note])
 
 
+def prepare_trace(path: Union[str, os.PathLike], format: str = "auto", *, split_tokens: Optional[int] = None,
+                  time_scale: float = 1.0, length_scale: float = 1.0, output_scale: Optional[Dict[str, float]] = None,
+                  max_requests: Optional[int] = None) -> Trace:
+    """:func:`read_trace` then, in this order, :func:`scale_trace`, :func:`scale_outputs` and the first
+    ``max_requests``: the trace as ``mlxlab tune`` replays it from its stored parameters (one order, so
+    a probe rebuilding a stored tune's trace gets the requests tune ran)."""
+    trace = read_trace(path, format, max_context=None, split_tokens=split_tokens)
+    if time_scale != 1.0 or length_scale != 1.0:
+        trace = scale_trace(trace, time_scale=time_scale, length_scale=length_scale)
+    if output_scale:
+        trace = scale_outputs(trace, output_scale)
+    if max_requests:
+        trace.requests = trace.requests[:max_requests]
+    return trace
+
+
 # ------------------------------------------------------------------------------ replaying
 def _block(h, block_tokens: int, vocab_size: int) -> List[int]:
     rng = random.Random(f"block {h} {block_tokens}")
