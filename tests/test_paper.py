@@ -54,7 +54,10 @@ def test_every_figure_the_paper_references_exists(paper):
     tunes = [f for plat in ("h200", "h100") for f in (ROOT / "data" / "results" / plat).glob("tune_*.json")
              if not is_history(f.name)]
     assert all((ROOT / "paper" / "figures" / f"{f.stem}_{f.parent.name}.png").exists() for f in tunes)
-    assert len(paper.figures) == len(set(names)) + len(gpu) + len(tunes)
+    # and one per CPU tune with the chat asking more tokens (tune_chat_x8_cpu), drawn in its paragraph's loop
+    more = [f for f in (ROOT / "data" / "results" / "cpu").glob("tune_*chat_x*.json") if not is_history(f.name)]
+    assert all((ROOT / "paper" / "figures" / f"{f.stem}_cpu.png").exists() for f in more)
+    assert len(paper.figures) == len(set(names)) + len(gpu) + len(tunes) + len(more)
 
 
 def test_the_paper_source_holds_no_typed_measured_figure():
@@ -460,3 +463,18 @@ def test_a_scorecard_cell_leads_with_a_current_decided_verdict_not_history_or_a_
     order = [p.stem for p, _ in s.deciding("h100", claim)]
     assert order == ["serve_http_b", "serve_http_a", "serve_http_a_before_fix"]
     assert s.verdict("h100", claim).verdict == "not reproduced"
+
+
+def test_the_readme_tuner_table_marks_a_trace_whose_tenant_asks_more_tokens(tmp_path):
+    """A tune run with ``--output-scale`` replays the same trace file with a tenant asking more
+    tokens: its headline row says so, or it reads as a second run of the plain trace."""
+    from mlxlab.paper.headline import tune_markdown
+
+    doc = {"trace": {"path": "t.jsonl", "requests": 31}, "slos": ["chat.itl_p99<=3x"], "choice": {"label": "slo-512",
+           "meets": True}, "objective": "batch.ttft_p50", "parameters": {"model": "small"}}
+    (tmp_path / "cpu").mkdir()
+    (tmp_path / "cpu" / "tune.json").write_text(json.dumps(doc))
+    (tmp_path / "cpu" / "tune_chat_x8.json").write_text(json.dumps(
+        {**doc, "parameters": {"model": "small", "output_scale": {"chat": 8.0}}}))
+    rows = [r for r in tune_markdown(tmp_path).splitlines() if r.startswith("| cpu")]
+    assert [r.split(" | ")[2] for r in rows] == ["`t.jsonl` (31)", "`t.jsonl` (31; chat asks x8)"]

@@ -120,7 +120,9 @@ def tune_markdown(results: Path) -> str:
         tr, ch = doc.get("trace") or {}, doc.get("choice") or {}
         reg = next((v.get("measured") or {} for v in doc.get("verdicts") or [] if v.get("claim") == "mlx-tune-regret"), {})
         model = (doc.get("parameters") or {}).get("model", "?")
-        lines.append(f"| {path.parent.name} | {model} | `{tr.get('path', '?')}` ({_f(tr.get('requests'))}) | "
+        more = "".join(f"; {t} asks x{_f(f)}" for t, f in sorted(((doc.get("parameters") or {}).get("output_scale")
+                                                               or {}).items()))  # --output-scale
+        lines.append(f"| {path.parent.name} | {model} | `{tr.get('path', '?')}` ({_f(tr.get('requests'))}{more}) | "
                      f"{', '.join(doc.get('slos') or [])} | {ch.get('label', '?')}"
                      f"{'' if ch.get('meets') else ' (meets no SLO set)'} | "
                      f"{_f((doc.get('vs_mlx_lm') or {}).get('objective_x'), 'x')} ({doc.get('objective', '?')}) | "
