@@ -301,7 +301,8 @@ def test_mlxlab_tune_on_a_trace_ends_with_a_choice_a_serve_line_and_its_files(tm
     assert doc["parameters"]["output_scale"] == {"chat": 2.0} and doc["trace"]["max_tokens"]["max"] == 12
     assert doc["trace"]["max_tokens"]["min"] == 2 and doc["trace"]["notes"][-1] == "outputs scaled: chat x2"
     assert [s["slo"] for s in doc["slo_samples"]] == doc["slos"] and "samples a run in this trace" in out.stdout
-    assert "thin:" in out.stdout and "--output-scale chat=4" in out.stdout  # 22 gaps: the p99 is their largest
+    # 22 gaps: the p99 is their largest, so 20x the tokens reach the #20, over the x2 given: chat=40
+    assert "thin:" in out.stdout and "--output-scale chat=40)" in out.stdout
     # the grid was simulated on the profile with its decode cost moved to the chat's solo run
     cal = doc["calibration"]
     assert cal["tenant"] == "chat" and cal["measured_itl_p50_s"] == doc["solo"]["chat"]["chat"]["itl_s"]["p50"]
@@ -592,7 +593,7 @@ def test_tune_says_how_many_samples_an_slo_rests_on_in_the_trace():
     arrivals = [Arrival(0.0, "chat", i, [1, 2, 3], 114) for i in range(9)]
     arrivals += [Arrival(0.0, "batch", i, [1] * 40, 8) for i in range(22)]
     itl = support(parse_slo("chat.itl_p99<=3x"), arrivals)
-    assert itl == {"slo": "chat.itl_p99<=3x", "n": 9 * 113, "rank": 10, "rank_95": [5, 18], "thin": True}
+    assert itl == {"slo": "chat.itl_p99<=3x", "n": 9 * 113, "rank": 10, "rank_95": [5, 18], "thin": True, "more": 2}
     assert support(parse_slo("batch.ttft_p50<=2x"), arrivals)["n"] == 22
     assert support(parse_slo("all.ttft_p90<=2s"), arrivals)["n"] == 31
     assert support(parse_slo("chat.itl_max<=1s"), arrivals)["rank_95"] == [1, 1]

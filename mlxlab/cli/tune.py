@@ -239,7 +239,8 @@ def cli_tune(args: argparse.Namespace) -> int:
           flush=True)
     say = lambda s: print(s, flush=True)  # noqa: E731
     common = dict(objective=args.objective, top_k=args.top_k, repeats=args.repeats, quick=args.quick,
-                  reprofile=args.reprofile, baseline=not args.no_baseline, say=say, calibrate=not args.no_calibrate)
+                  reprofile=args.reprofile, baseline=not args.no_baseline, say=say, calibrate=not args.no_calibrate,
+                  scaled=args.output_scale)
     if args.cluster:
         with open_sweep(args.cluster) as cluster:
             doc = tune(model, arrivals, slos, mapper=cluster.mapper(timed=False, desc="tune: simulating"), **common)

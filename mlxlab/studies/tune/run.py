@@ -185,6 +185,12 @@ def _worst(summaries: Sequence[dict], slos: Sequence[SLO], solos: dict) -> List[
             for i in range(len(slos))]
 
 
+def _more(sp: dict, scaled: Optional[Dict[str, float]]) -> str:
+    """``TENANT=F``: the output scale that lifts a thin SLO figure to :data:`slo.THIN_RANK` (over any given)."""
+    ten = sp["slo"].split(".")[0]
+    return f"{ten}={sp.get('more', 1) * (scaled or {}).get(ten, 1):g}"
+
+
 def simulate_setting(point: dict) -> dict:
     """One grid setting on the simulator: the row ``tune`` keeps (its medians, SLO checks, worst
     ratio, whether it meets them, its objective). A module-level function of plain data, so a
@@ -205,14 +211,16 @@ def simulate_setting(point: dict) -> dict:
 def tune(model, arrivals: list, slos: Sequence[SLO], *, objective: Optional[str] = None,
          grid: Optional[List[dict]] = None, top_k: int = 3, repeats: int = 3, quick: bool = False,
          reprofile: bool = False, cost_model=None, baseline: bool = True, progress: bool = True,
-         say: Callable[[str], None] = print, mapper: Optional[Callable] = None, calibrate: bool = True) -> dict:
+         say: Callable[[str], None] = print, mapper: Optional[Callable] = None, calibrate: bool = True,
+         scaled: Optional[Dict[str, float]] = None) -> dict:
     """Tune ``model``'s serving settings for ``arrivals`` (a trace's
     :func:`mlxlab.core.traces.to_arrivals`) under ``slos``; returns the ``tune.json`` document
     (see the module docstring). ``cost_model``: use this one instead of the device profile.
     ``mapper``: a ``map``-like ``(fn, points) -> values in order`` for the simulated grid (a
     cluster's, :meth:`mlxlab.core.cluster.Sweep.mapper`); default: this process. ``calibrate``: move the
     profile's decode cost to the solo run measured here before simulating
-    (:mod:`mlxlab.studies.tune.calibrate`; the file keeps the fitted model and the calibration)."""
+    (:mod:`mlxlab.studies.tune.calibrate`; the file keeps the fitted model and the calibration). ``scaled``:
+    the ``--output-scale`` the arrivals already carry, for the hint where an SLO's figure is thin."""
     from mlxlab.core.runner import run_workload
     from mlxlab.sim.simulator import Simulator
 
@@ -256,7 +264,7 @@ def tune(model, arrivals: list, slos: Sequence[SLO], *, objective: Optional[str]
         say(f"[tune] {sp['slo']}: {sp['n']:,} samples a run in this trace, its figure about the #{sp['rank']} largest "
             f"(the distribution's own lies between #{sp['rank_95'][0]} and #{sp['rank_95'][1]}, 95%)"
             + (f"; thin: a few steps more or less beside them move it, so settings close on it rank by chance "
-               + (f"(more of them: --output-scale {sp['slo'].split('.')[0]}=4)" if not sp["slo"].startswith("all.")
+               + (f"(more of them: --output-scale {_more(sp, scaled)})" if not sp["slo"].startswith("all.")
                   else "(a longer trace)") if sp.get("thin") else ""))
     t_solo = time.perf_counter()
     fitted, calibration = cm, None  # simulation time from here: the calibration simulates the solo runs

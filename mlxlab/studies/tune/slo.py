@@ -170,7 +170,7 @@ def support(slo: SLO, arrivals: Sequence) -> dict:
     percentile lies with 95% confidence (the distribution-free interval of a quantile from binomial
     order statistics, scipy). A figure that rests on a handful of samples moves between runs by what
     those few met (a chat's p99 gap lands on a decode step or on a document's chunk): ``thin`` where
-    ``rank`` is below :data:`THIN_RANK`."""
+    ``rank`` is below :data:`THIN_RANK`, and then ``more``: how many times its tokens would lift it there."""
     from scipy.stats import binom
 
     kind, pct = METRICS[slo.metric]
@@ -181,7 +181,10 @@ def support(slo: SLO, arrivals: Sequence) -> dict:
         return {"slo": slo.text, "n": n, "rank": 1, "rank_95": [1, 1], "thin": False}
     lo, hi = (int(binom.ppf(q, n, tail)) + 1 for q in (0.025, 0.975))
     rank = max(1, round(n * tail))
-    return {"slo": slo.text, "n": n, "rank": rank, "rank_95": [lo, hi], "thin": rank < THIN_RANK}
+    out = {"slo": slo.text, "n": n, "rank": rank, "rank_95": [lo, hi], "thin": rank < THIN_RANK}
+    if out["thin"]:  # ITL: gaps grow with the tokens asked, so this many times them lifts it to the #THIN_RANK
+        out["more"] = math.ceil(THIN_RANK / rank)
+    return out
 
 
 def solo_needed(slos: Sequence[SLO]) -> List[str]:
