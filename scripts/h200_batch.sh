@@ -147,7 +147,16 @@
 # part's first process on coder-1.5b (199 s; its chat x4 process also finished). Found: the chat's p99 (#11 of 1,015
 # gaps) lands on a chunk step where more than ~11 gaps meet a document's chunk, and that count follows how fast the
 # chat decodes (tune now calibrates the decode cost on its solo run: mlxlab.studies.tune.calibrate).
-#   1. (next) tune with the chat asking 4x its tokens, so the SLO's p99 rests on ~43 gaps, and the decode calibrated
+# 12-06 (#14): two H100 calls at 47b363f (1,758 s of 1,800 spent, ~1,080 s of it on about a dozen refused or failed
+# starts over an hour; no H200 came): llama-3.2-1b with the chat asking 4x its tokens and the decode calibrated, at
+# TUNE_REPEATS=2 to fit what was left (476 s fresh: profile 125 s, solo 21 s, confirmation 103 s, 14 of 24 sweep runs;
+# 160 s resume, warm machine: the other 10): h100/tune_llama-3.2-1b_chat_x4.json. Found: the p99 rests on ~41 of
+# 4,087 gaps, yet tau on the SLO ratio fell to 0.44 (objective 0.90) and regret on it was 28%: interleave-256's
+# p99 was 90 and 40 ms in its two sweep runs, while the simulated ratios of all 12 settings span only 1.6x.
+#   1. (next) coder-1.5b the same (llama's is done: TUNE_REPEATS=2 fits a fresh call and a short resume; 3 repeats
+#      need ~2-3 calls). Then: why one setting's chat p99 moves 2x between runs at ~41 gaps (tail part with
+#      TAIL_CHAT_SCALE=4 on interleave-256 and interleave-512, whose runs parted most).
+#      Earlier text: tune with the chat asking 4x its tokens, so the SLO's p99 rests on ~43 gaps, and the decode calibrated
 #      (both new since 12-06 #13): TUNE_FRESH=1 TUNE_CHAT_SCALE=4 T_TUNE=560 TUNE_MODEL=qwen2.5-coder-1.5b bash
 #      scripts/h200_batch.sh tune (writes tune_MODEL_chat_x4.json: no rename needed), then resume calls (TUNE_CHAT_SCALE=4
 #      again; its runs are longer than the plain trace's: ~2-3 calls); then llama-3.2-1b the same. Any card; on the
