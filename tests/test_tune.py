@@ -602,3 +602,25 @@ def test_tune_says_how_many_samples_an_slo_rests_on_in_the_trace():
     spread = [(s["rank_95"][1] - s["rank_95"][0]) / s["rank"] for s in (wide, narrow)]
     assert spread[1] < spread[0]
     assert narrow["rank"] == 102 and not narrow["thin"]  # a p99 over ten times the gaps is not thin
+
+
+def test_agreement_sets_the_sweeps_own_repeats_beside_the_simulation_run_by_run():
+    """Beside the rank claim: how well one engine run orders the grid against another (median tau
+    over the pairs of whole repeats) and the simulation against one run (median over the repeats),
+    per metric; a partial repeat is left out, and fewer than two whole repeats give nothing."""
+    from mlxlab.studies.tune.verdict import agreement, evaluation
+
+    solo = {"chat": _full_summary(0.010, 0.5)}
+    p99 = [(0.030, 0.033, 0.036, 0.039), (0.039, 0.036, 0.033, 0.030), (0.030, 0.033, 0.036, 0.039),
+           (0.050, 0.010, 0.010, 0.010)]  # the third repeat as the first, the second reversed; a partial fourth
+    objs = (1.0, 2.0, 3.0, 4.0)
+    runs = {k: [_full_summary(p99[r][i], objs[i]) for r in range(4 if k == "a" else 3)] for i, k in enumerate("abcd")}
+    doc = {"slos": ["chat.itl_p99<=3x"], "objective": "batch.ttft_p50", "solo": solo,
+           "grid": [{"label": k, "objective_s": objs[i], "slo_ratio": 1.0 + i / 10} for i, k in enumerate("abcd")],
+           "sweep": {"runs": runs, "repeats": 3}}
+    a = agreement(doc)
+    assert a["objective"] == {"repeats": 1.0, "simulated": 1.0}
+    assert a["slo"]["repeats"] == pytest.approx(-1.0)  # pairs (1,2) and (2,3) reversed, (1,3) equal: median -1
+    assert a["slo"]["simulated"] == pytest.approx(1.0)  # the simulation orders runs 1 and 3 as they are
+    assert agreement({**doc, "sweep": {"runs": runs, "repeats": 1}}) == {}
+    assert evaluation({**doc, "choice": {"label": "a"}, "sweep": {**doc["sweep"], "rows": []}})["agreement"] == a

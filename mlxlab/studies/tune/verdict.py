@@ -8,7 +8,8 @@ the same grid on the same trace, and the claims it decides from stored data.
   the objective and on the binding SLO's ratio (the smaller of the two decides); below the target,
   inconclusive when every pair the simulator orders against the engine is a pair whose measured
   repeats overlap (the sweep itself cannot order them; for the SLO ratio, each repeat's run scored
-  alone: :func:`ratio_range`), not reproduced when one is not;
+  alone: :func:`ratio_range`), not reproduced when one is not; beside it, :func:`agreement`: how well
+  the sweep's own repeats order the grid against each other, and the simulation each repeat alone;
 * ``mlx-tune-speed``: tune's wall time (profile, simulation, confirmation) over the sweep's.
 
 The simulator's absolute error on the grid (median over settings of |simulated - measured| /
@@ -74,6 +75,38 @@ def ratio_range(doc: Mapping, label: str) -> Optional[List[float]]:
     return [min(vals), max(vals)] if vals else None
 
 
+def agreement(doc: Mapping) -> dict:
+    """How well the sweep's own whole repeats order the grid against each other, beside how well the
+    simulation orders each of them: per metric (``objective``, ``slo``: the binding SLO's ratio, each
+    run scored alone), ``repeats``, the median Kendall's tau over the pairs of repeats, and
+    ``simulated``, the median over the repeats of the simulation's tau against that repeat alone.
+    Like for like: one engine run against another, the simulation against one engine run. Context
+    for the rank claim, not a rule of it: where the engine's runs order the settings against each
+    other far below the bound, the medians the claim compares with rest on that noise. Empty without
+    two whole repeats of three settings."""
+    from mlxlab.studies.tune.slo import check, figure, parse_objective, parse_slo, worst_ratio
+
+    sweep = doc.get("sweep") or {}
+    reps, runs = sweep.get("repeats") or 0, sweep.get("runs") or {}
+    sim = {r["label"]: r for r in doc.get("grid") or []}
+    labels = [lb for lb in runs if lb in sim and len(runs[lb]) >= reps]
+    if reps < 2 or len(labels) < 3 or not doc.get("slos") or not doc.get("objective"):
+        return {}
+    slos, (tenant, metric) = [parse_slo(t) for t in doc["slos"]], parse_objective(doc["objective"])
+    score = {"objective": lambda run: figure(run, tenant, metric),
+             "slo": lambda run: worst_ratio(check(run, slos, doc.get("solo") or {}))}
+    simulated = {"objective": [sim[lb]["objective_s"] for lb in labels], "slo": [sim[lb]["slo_ratio"] for lb in labels]}
+    out = {}
+    for k, f in score.items():
+        vals = [[f(runs[lb][r]) for lb in labels] for r in range(reps)]
+        pairs = [t for t in (kendall_tau(vals[a], vals[b]) for a in range(reps) for b in range(a + 1, reps))
+                 if t is not None]
+        sims = [t for t in (kendall_tau(simulated[k], v) for v in vals) if t is not None]
+        out[k] = {"repeats": statistics.median(pairs) if pairs else None,
+                  "simulated": statistics.median(sims) if sims else None}
+    return out
+
+
 def evaluation(doc: Mapping) -> dict:
     """The figures the claims need, from a ``tune.json`` with its ``sweep`` block."""
     sweep = doc.get("sweep") or {}
@@ -106,6 +139,7 @@ def evaluation(doc: Mapping) -> dict:
             if _finite(s["objective_s"]) and _finite(m["objective_s"]) and m["objective_s"] > 0]
     serr = [abs(s["slo_ratio"] - m["slo_ratio"]) / m["slo_ratio"] for s, m in both
             if _finite(s["slo_ratio"]) and _finite(m["slo_ratio"]) and m["slo_ratio"] > 0]
+    out["agreement"] = agreement(doc)
     out["sim_error_objective"] = statistics.median(errs) if errs else None
     out["sim_error_slo_ratio"] = statistics.median(serr) if serr else None
     tw, sw = (doc.get("wall_s") or {}).get("total"), sweep.get("wall_s")
