@@ -604,7 +604,7 @@ def test_tune_says_how_many_samples_an_slo_rests_on_in_the_trace():
     assert narrow["rank"] == 102 and not narrow["thin"]  # a p99 over ten times the gaps is not thin
 
 
-def test_agreement_sets_the_sweeps_own_repeats_beside_the_simulation_run_by_run():
+def test_agreement_sets_the_sweeps_own_repeats_beside_the_simulation_run_by_run(capsys):
     """Beside the rank claim: how well one engine run orders the grid against another (median tau
     over the pairs of whole repeats) and the simulation against one run (median over the repeats),
     per metric; a partial repeat is left out, and fewer than two whole repeats give nothing."""
@@ -624,3 +624,14 @@ def test_agreement_sets_the_sweeps_own_repeats_beside_the_simulation_run_by_run(
     assert a["slo"]["simulated"] == pytest.approx(1.0)  # the simulation orders runs 1 and 3 as they are
     assert agreement({**doc, "sweep": {"runs": runs, "repeats": 1}}) == {}
     assert evaluation({**doc, "choice": {"label": "a"}, "sweep": {**doc["sweep"], "rows": []}})["agreement"] == a
+    # tune prints it under the rank claim's verdict
+    from mlxlab.cli.tune import _say_verdicts
+    from mlxlab.studies.tune.verdict import tune_verdicts
+
+    rows = [{"label": k, "objective_s": objs[i], "objective_range_s": [objs[i], objs[i]], "slo_ratio": 1.1 + i / 10,
+             "meets": False} for i, k in enumerate("abcd")]
+    _say_verdicts(tune_verdicts({**doc, "choice": {"label": "a"}, "wall_s": {"total": 1.0},
+                                 "sweep": {**doc["sweep"], "rows": rows, "wall_s": 10.0}}))
+    out = capsys.readouterr().out
+    assert "] mlx-tune-rank\n  objective: the sweep's repeats order the grid against each other at tau 1.00" in out
+    assert "slo: the sweep's repeats order the grid against each other at tau -1.00, the simulation each repeat at 1.00" in out

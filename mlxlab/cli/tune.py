@@ -194,10 +194,21 @@ def _resume(args, slos, t_start: float) -> int:
     keep(sweep(model, arrivals, doc, repeats=args.repeats, say=say, deadline=deadline, on_progress=keep,
                warm_up=True))
     _figure(doc, path.stem, plat, None if args.save else path.parent)
-    for v in tune_verdicts(doc):
-        print(f"[{v['verdict']}] {v['claim']}")
+    _say_verdicts(tune_verdicts(doc))
     print(f"wrote {path}")
     return 0
+
+
+def _say_verdicts(verdicts: list) -> None:
+    """Each claim's verdict; under the rank claim how well the sweep's own repeats order the grid
+    against each other, beside the simulation against each one (its tau rests on that spread)."""
+    for v in verdicts:
+        print(f"[{v['verdict']}] {v['claim']}")
+        agree = (v.get("measured") or {}).get("agreement") if v["claim"] == "mlx-tune-rank" else None
+        for k, a in (agree or {}).items():
+            if a.get("repeats") is not None and a.get("simulated") is not None:
+                print(f"  {k}: the sweep's repeats order the grid against each other at tau {a['repeats']:.2f}, "
+                      f"the simulation each repeat at {a['simulated']:.2f}")
 
 
 def _figure(doc: dict, name: str, plat: str, folder) -> None:
@@ -270,7 +281,6 @@ def cli_tune(args: argparse.Namespace) -> int:
     if cmd:
         print(f"serve it:\n  {cmd}")
     _figure(doc, args.name, plat, folder if not args.save else None)
-    for v in (tune_verdicts(doc) if args.sweep else []):
-        print(f"[{v['verdict']}] {v['claim']}")
+    _say_verdicts(tune_verdicts(doc) if args.sweep else [])
     print(f"wrote {path}")
     return 0
