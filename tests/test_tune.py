@@ -334,7 +334,9 @@ def test_mlxlab_tune_on_a_trace_ends_with_a_choice_a_serve_line_and_its_files(tm
                            env={**env, "MLXLAB_SOURCE_COMMIT": "abc1234"}, cwd=tmp_path)
     assert swept.returncode == 0, swept.stderr[-3000:]
     doc = json.loads(path.read_text())
-    assert doc["sweep"]["repeats"] == 2 and len(doc["sweep"]["rows"]) == len(doc["grid"])
+    # one setting of each schedule the simulation found twice is replayed, and none of the others was confirmed
+    assert doc["sweep"]["repeats"] == 2 and len(doc["sweep"]["rows"]) == len(doc["grid"]) - len(doc["same_schedule"])
+    assert not {r["label"] for r in doc["confirmed"]} & set(doc["same_schedule"])
     assert len(doc["sweep"]["calls"]) == 3 and {v["claim"] for v in doc["verdicts"]} >= {"mlx-tune-regret"}
     # each resuming call (a new process) warmed up first, and names the commit its caller declared
     assert all(c["warm_up"]["label"] in doc["sweep"]["runs"] for c in doc["sweep"]["calls"][1:])

@@ -10,6 +10,7 @@ from pathlib import Path
 
 from mlxlab.cli.cluster import add_cluster_argument, open_sweep
 from mlxlab.cli.common import add_model_arguments, add_save_argument, positive_float, positive_int
+from mlxlab.studies.tune.grid import GRIDS
 
 TUNE_HELP = """\
 Find the serving settings for this model and this traffic: profile the device (cached), simulate a
@@ -58,6 +59,10 @@ def register(sub: argparse._SubParsersAction) -> None:
     tp.add_argument("--top-k", type=positive_int, default=3, help="simulated settings confirmed on the engine")
     tp.add_argument("--repeats", type=positive_int, default=3, help="engine replays per confirmed setting (>= 2)")
     tp.add_argument("--quick", action="store_true", help="a small profile and grid (CI, a first look)")
+    tp.add_argument("--grid", choices=GRIDS, default="standard",
+                    help="standard: 10-12 settings; wide: each policy's own knob varied too (chunk size, token budget, "
+                         "slo's ITL target, the admission gate's threshold), about twice as many: simulated at no "
+                         "cost, confirmed at the same top-k")
     tp.add_argument("--reprofile", action="store_true", help="measure the device profile again, not from the cache")
     tp.add_argument("--no-baseline", action="store_true", help="skip mlx-lm's BatchGenerator on the engine")
     tp.add_argument("--no-calibrate", action="store_true",
@@ -129,7 +134,8 @@ def _arrivals(args, model) -> tuple:
 
 
 _SAME = ("model", "bits", "dtype", "trace", "workload", "trace_format", "split_tokens", "time_scale", "length_scale",
-         "output_scale", "max_requests", "scale", "slo", "objective", "top_k", "quick", "seed")
+         "output_scale", "max_requests", "scale", "slo", "objective", "top_k", "quick", "grid", "seed")
+_STORED_DEFAULT = {"grid": "standard"}  # a file from before the parameter ran with this
 
 
 def _parameters(args) -> dict:
@@ -159,7 +165,7 @@ def _resume(args, slos, t_start: float) -> int:
         raise ValueError(f"--resume {path}: not a tune results file (no grid, solo figures or choice in it)")
     doc.pop("verdicts", None)  # decided again from the sweep below: a stored payload key would win over them
     mine = _parameters(args)
-    differ = [k for k in _SAME if doc["parameters"].get(k) != mine.get(k)]
+    differ = [k for k in _SAME if doc["parameters"].get(k, _STORED_DEFAULT.get(k)) != mine.get(k)]
     if differ:
         raise ValueError(f"--resume {path}: give the arguments it was run with; these differ: " + ", ".join(
             f"{k} {mine.get(k)!r} (stored {doc['parameters'].get(k)!r})" for k in differ))
@@ -251,7 +257,7 @@ def cli_tune(args: argparse.Namespace) -> int:
     say = lambda s: print(s, flush=True)  # noqa: E731
     common = dict(objective=args.objective, top_k=args.top_k, repeats=args.repeats, quick=args.quick,
                   reprofile=args.reprofile, baseline=not args.no_baseline, say=say, calibrate=not args.no_calibrate,
-                  scaled=args.output_scale)
+                  scaled=args.output_scale, grid_name=args.grid)
     if args.cluster:
         with open_sweep(args.cluster) as cluster:
             doc = tune(model, arrivals, slos, mapper=cluster.mapper(timed=False, desc="tune: simulating"), **common)

@@ -6,10 +6,11 @@ confirmed on the engine.
    again with ``reprofile``).
 2. **Solo figures**: each tenant that a relative SLO (``2x``) names runs alone on the engine, so
    ``x`` means times what that tenant gets with the machine to itself, measured in this run.
-3. **Simulate the grid** (:func:`default_grid`: policies x chunk sizes x token budgets; the
+3. **Simulate the grid** (:mod:`mlxlab.studies.tune.grid`: policies x chunk sizes x token budgets; the
    engine's overlap modes are not in it, as the simulator runs serial steps) on the trace, score
    each setting against the SLOs and the objective, keep the Pareto frontier.
-4. **Confirm** the ``top_k`` best simulated settings (those meeting every SLO first) and mlx-lm's
+4. **Confirm** the ``top_k`` best simulated settings (those meeting every SLO first; one of each group
+   the simulation ran as one schedule, :func:`mlxlab.studies.tune.grid.same_schedule`) and mlx-lm's
    ``BatchGenerator`` on the real engine, replaying the same trace ``repeats`` times, repeats
    outermost, in an order shuffled per repeat (:func:`run_order`); the simulator's error on each is
    kept beside it.
@@ -31,44 +32,12 @@ from pathlib import Path
 from typing import Callable, Dict, List, Optional, Sequence
 
 from mlxlab.core.paths import data_dir
-from mlxlab.core.plan import SLO_KEY_ALIGN_SHAPES  # noqa: F401 - slo's alignment in the shape-keyed grid
 from mlxlab.studies.tune.calibrate import REF, calibrate_from_solos
+from mlxlab.studies.tune.grid import default_grid, make_grid, same_schedule  # noqa: F401 - default_grid: the API
 from mlxlab.studies.tune.slo import (SLO, check, choose, figure, objective_name, pareto, parse_objective, slo_table,
                                      solo_needed, support, worst_ratio)
 
 BASELINE = "mlx_lm.BatchGenerator"
-
-
-def default_grid(quick: bool = False, max_prompt: int = 4096, packed: bool = True,
-                 shape_keyed: bool = False) -> List[dict]:
-    """The settings tune simulates: ``label``, ``policy``, ``chunk_size``, ``options``. Chunk sizes
-    above the longest prompt are left out (they all run as the longest). ``packed`` False (a device
-    where packed steps are slow: :func:`mlxlab.engine.fused.packs_well`): ``stall_free`` runs its
-    decode and chunk back to back (``fuse: False``, in its options, so the engine, the simulator and
-    the ``serve`` line all run it so). ``shape_keyed`` (a device that prepares attention per exact
-    shape: :func:`mlxlab.engine.fused.cold_keying`): ``stall_free``'s chunks end on key lengths
-    that are multiples of half its budget (``key_align``), so its shapes repeat prompt after prompt
-    instead of following the decode batch to a new one nearly every step, and ``slo``'s (chosen anew
-    each step) on multiples of :data:`SLO_KEY_ALIGN_SHAPES`. Simulated on the H100 profiles of
-    coder-1.5b and llama-1b (``probes/key_align_sim.py``), half the budget was the best of 8-512 or
-    near it for each ``stall_free`` budget, and 512 the best for ``slo`` on both models."""
-    from mlxlab.engine.fused import shape_alignment  # one rule for the grid and serve's warning
-
-    chunks = [64, 256] if quick else [256, 512, 1024, 2048, 4096]
-    budgets = [128] if quick else [256, 512, 1024]
-    fit = [c for c in chunks if c < max_prompt] + [min(c for c in chunks if c >= max_prompt)] \
-        if any(c >= max_prompt for c in chunks) else chunks
-    grid = [{"label": f"interleave-{c}", "policy": "interleave", "chunk_size": c, "options": {}} for c in fit]
-    grid += [{"label": f"stall_free-{b}", "policy": "stall_free", "chunk_size": 2048,
-              "options": {"token_budget": b, **({} if packed else {"fuse": False}),
-                          **({"key_align": shape_alignment("stall_free", {"token_budget": b})} if shape_keyed else {})}}
-             for b in budgets]
-    grid += [{"label": f"slo-{c}", "policy": "slo", "chunk_size": c,
-              "options": {"key_align": shape_alignment("slo", {})} if shape_keyed else {}} for c in fit[-2:]]
-    if not quick:
-        grid += [{"label": f"admission_gate-{c}", "policy": "admission_gate", "chunk_size": c, "options": {}}
-                 for c in fit[-2:]]
-    return grid
 
 
 # ------------------------------------------------------------------------------ profile
@@ -212,7 +181,7 @@ def tune(model, arrivals: list, slos: Sequence[SLO], *, objective: Optional[str]
          grid: Optional[List[dict]] = None, top_k: int = 3, repeats: int = 3, quick: bool = False,
          reprofile: bool = False, cost_model=None, baseline: bool = True, progress: bool = True,
          say: Callable[[str], None] = print, mapper: Optional[Callable] = None, calibrate: bool = True,
-         scaled: Optional[Dict[str, float]] = None) -> dict:
+         scaled: Optional[Dict[str, float]] = None, grid_name: str = "standard") -> dict:
     """Tune ``model``'s serving settings for ``arrivals`` (a trace's
     :func:`mlxlab.core.traces.to_arrivals`) under ``slos``; returns the ``tune.json`` document
     (see the module docstring). ``cost_model``: use this one instead of the device profile.
@@ -220,7 +189,8 @@ def tune(model, arrivals: list, slos: Sequence[SLO], *, objective: Optional[str]
     cluster's, :meth:`mlxlab.core.cluster.Sweep.mapper`); default: this process. ``calibrate``: move the
     profile's decode cost to the solo run measured here before simulating
     (:mod:`mlxlab.studies.tune.calibrate`; the file keeps the fitted model and the calibration). ``scaled``:
-    the ``--output-scale`` the arrivals already carry, for the hint where an SLO's figure is thin."""
+    the ``--output-scale`` the arrivals already carry, for the hint where an SLO's figure is thin.
+    ``grid_name``: :data:`mlxlab.studies.tune.grid.GRIDS` (where ``grid`` is not given)."""
     from mlxlab.core.runner import run_workload
     from mlxlab.sim.simulator import Simulator
 
@@ -238,8 +208,8 @@ def tune(model, arrivals: list, slos: Sequence[SLO], *, objective: Optional[str]
     from mlxlab.engine.fused import cold_keying, packs_well
 
     packs, packs_why = packs_well()
-    grid = grid or default_grid(quick, max(len(a.prompt) for a in arrivals), packed=packs,
-                                shape_keyed=cold_keying()[0] == "shape")
+    grid = grid or make_grid(grid_name, quick, max(len(a.prompt) for a in arrivals), packed=packs,
+                             shape_keyed=cold_keying()[0] == "shape")
 
     prof = {"cost_model": cost_model, "path": None, "cached": None, "grid": None, "wall_s": 0.0} \
         if cost_model is not None else cached_profile(model, profile_grid(arrivals, grid, quick), reprofile=reprofile,
@@ -289,10 +259,15 @@ def tune(model, arrivals: list, slos: Sequence[SLO], *, objective: Optional[str]
             bar.close()
     t_sim = time.perf_counter()
     frontier = [r["label"] for r in pareto(sim_rows)]
-    ranked = sorted(sim_rows, key=lambda r: (not r["meets"], r["objective_s"] if r["meets"] else r["slo_ratio"]))
+    same = same_schedule(sim_rows)
+    ranked = sorted((r for r in sim_rows if r["label"] not in same),
+                    key=lambda r: (not r["meets"], r["objective_s"] if r["meets"] else r["slo_ratio"]))
     picked = ranked[:top_k]
-    say(f"[tune] simulated {len(grid)} settings in {t_sim - t_solo:.1f} s; {sum(r['meets'] for r in sim_rows)} meet "
-        f"the SLOs; confirming {', '.join(r['label'] for r in picked)}" + (f" and {BASELINE}" if baseline else ""))
+    say(f"[tune] simulated {len(grid)} settings in {t_sim - t_solo:.1f} s"
+        + (f" ({len(same)} ran as another's schedule: {', '.join(f'{a} as {b}' for a, b in same.items())})"
+           if same else "")
+        + f"; {sum(r['meets'] for r in sim_rows)} meet the SLOs; confirming {', '.join(r['label'] for r in picked)}"
+        + (f" and {BASELINE}" if baseline else ""))
 
     # the engine: the candidates and mlx-lm's BatchGenerator, repeats outermost, order shuffled per repeat
     confirm = [{k: r[k] for k in ("label", "policy", "chunk_size", "options")} for r in picked]
@@ -339,7 +314,8 @@ def tune(model, arrivals: list, slos: Sequence[SLO], *, objective: Optional[str]
                         **{k: prof[k] for k in ("cached", "grid", "wall_s")},
                         "cost_model": fitted.as_dict() if hasattr(fitted, "as_dict") else None},
             "calibration": calibration,
-            "grid": sim_rows, "frontier": frontier, "confirmed": rows, "choice": choice.as_dict(),
+            "grid": sim_rows, "grid_name": grid_name, "same_schedule": same, "frontier": frontier, "confirmed": rows,
+            "choice": choice.as_dict(),
             "vs_mlx_lm": vs_mlx_lm, "wall_s": {"profile": t_prof - t0, "solo": t_solo - t_prof,
                                                "simulate": t_sim - t_solo, "confirm": t_conf - t_sim,
                                                "total": time.perf_counter() - t0},
@@ -378,7 +354,7 @@ def sweep(model, arrivals: list, doc: dict, *, repeats: int = 3, progress: bool 
           say: Callable[[str], None] = print, deadline: Optional[float] = None,
           on_progress: Optional[Callable[[dict], None]] = None, warm_up: bool = False) -> dict:
     """The exhaustive engine sweep of ``doc``'s grid on the same trace (``mlxlab tune --sweep``):
-    every setting ``repeats`` times, repeats outermost, in an order shuffled per repeat
+    every setting (one of each group the simulation ran as one schedule: ``doc["same_schedule"]``) ``repeats`` times, repeats outermost, in an order shuffled per repeat
     (:func:`run_order`), scored against the same SLOs (the solo figures tune measured) and
     objective. A ``doc`` that already holds a sweep block (``mlxlab tune --resume``) goes on from its
     stored runs, a repeat's finished settings too: only the missing runs run, in the order the block
@@ -395,7 +371,8 @@ def sweep(model, arrivals: list, doc: dict, *, repeats: int = 3, progress: bool 
     tune.json."""
     from mlxlab.core.runner import run_workload
 
-    grid = [{k: r[k] for k in ("label", "policy", "chunk_size", "options")} for r in doc["grid"]]
+    same = doc.get("same_schedule") or {}  # one schedule is replayed once: its first setting in grid order
+    grid = [{k: r[k] for k in ("label", "policy", "chunk_size", "options")} for r in doc["grid"] if r["label"] not in same]
     prior = doc.get("sweep") or {}
     stored, walls = prior.get("runs") or {}, prior.get("run_wall_s") or {}
     runs: Dict[str, List[dict]] = {s["label"]: list(stored.get(s["label"], [])) for s in grid}
