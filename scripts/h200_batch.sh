@@ -153,7 +153,18 @@
 # 160 s resume, warm machine: the other 10): h100/tune_llama-3.2-1b_chat_x4.json. Found: the p99 rests on ~41 of
 # 4,087 gaps, yet tau on the SLO ratio fell to 0.44 (objective 0.90) and regret on it was 28%: interleave-256's
 # p99 was 90 and 40 ms in its two sweep runs, while the simulated ratios of all 12 settings span only 1.6x.
-#   1. (next) coder-1.5b the same (llama's is done: TUNE_REPEATS=2 fits a fresh call and a short resume; 3 repeats
+# 12-06 (#15): three H200 calls at 04c390c (1,581 s of 1,800; a refused H200 start cost 181 s): coder-1.5b with the chat
+# asking 4x, fresh (508 s wall: profile 135 s, solo 25 s, confirmation 179 s, 8 of 22 sweep runs) and resumed (268 s, warm:
+# the other 14), then llama-3.2-1b the same, fresh (446 s: tune and the whole sweep of 22 runs in one call):
+# h200/tune_{qwen2.5-coder-1.5b,llama-3.2-1b}_chat_x4.json with whole 2-repeat sweeps. The grid's slo-4096 ran as slo-2048's
+# schedule in the simulation, so tune swept 11 settings. Found: coder's choice stall_free-256 (1.08x at the median) cost
+# 17x stall_free-1024's objective, which the sweep measured at the same ratio (0.96-0.97x): tune's choice rule now takes the
+# best objective within the closest setting's worst repeat. The old H200 coder file (old grid, no sweep) was renamed
+# tune_qwen2.5-coder-1.5b_before_unpacked.json.
+#   next (H200): the same two at TUNE_REPEATS=3 or more (the SLO ratio's repeat-to-repeat tau was 0.02-0.53 at 2), or
+#      with TUNE_GRID=wide (19 settings at these prompt lengths: 2 calls a model at 2 repeats) for the speed claim; then
+#      #39's list. On an H100: coder-1.5b chat x4 (item 1 below), not run yet.
+#   1. (next on an H100) coder-1.5b the same (llama's is done: TUNE_REPEATS=2 fits a fresh call and a short resume; 3 repeats
 #      need ~2-3 calls). Then: why one setting's chat p99 moves 2x between runs at ~41 gaps (tail part with
 #      TAIL_CHAT_SCALE=4 on interleave-256 and interleave-512, whose runs parted most).
 #      Earlier text: tune with the chat asking 4x its tokens, so the SLO's p99 rests on ~43 gaps, and the decode calibrated
@@ -360,6 +371,9 @@ case "$part" in
     esac
     if [ -n "${TUNE_CHAT_SCALE:-}" ]; then  # the chat asks N x its tokens: its ITL p99 rests on N x the gaps
       tr+=(--output-scale "chat=$TUNE_CHAT_SCALE"); nm="${nm}_chat_x$TUNE_CHAT_SCALE"
+    fi
+    if [ -n "${TUNE_GRID:-}" ]; then  # wide: each policy's own knob varied too (mlxlab.studies.tune.grid)
+      tr+=(--grid "$TUNE_GRID"); [ "$TUNE_GRID" = standard ] || nm="${nm}_$TUNE_GRID"
     fi
     tt=${T_TUNE:-570}
     more=()  # the platform's committed file, if any: go on with its sweep (same card kind: the file names its card);

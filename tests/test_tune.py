@@ -63,6 +63,17 @@ def test_the_choice_prefers_every_repeat_meeting_the_slos_then_the_median_and_na
     assert c.label == "slow" and not c.meets and c.binding == "chat.itl_p99<=20ms" and "1.50x its bound" in c.why
 
 
+def test_where_no_setting_meets_the_slos_the_choice_takes_the_best_objective_within_the_closest_ones_spread():
+    """The closest at the median (1.50x) reached 2.50x in a repeat: a setting at 2.00x is within that
+    spread and 10x faster on the objective, one at 2.60x is not."""
+    closest, near, far = _row("closest", 0.03, 0.05, 10.0), _row("near", 0.04, 0.045, 1.0), _row("far", 0.052, 0.06, 0.1)
+    c = choose([far, near, closest])
+    assert c.label == "near" and not c.meets and c.binding == "chat.itl_p99<=20ms"
+    assert "the closest, closest, reached 1.50x its bound (2.50x in its worst repeat); near reached 2.00x" in c.why
+    # a closest setting as steady as its median leaves nothing within its spread: it is the choice
+    assert choose([far, near, _row("closest", 0.03, 0.03, 10.0)]).label == "closest"
+
+
 def test_the_grid_leaves_out_chunks_past_the_longest_prompt():
     labels = [g["label"] for g in default_grid(max_prompt=700)]
     assert "interleave-256" in labels and "interleave-1024" in labels and "interleave-2048" not in labels
@@ -154,6 +165,27 @@ def test_regret_rank_and_speed_are_decided_from_the_stored_sweep():
     assert {r["claim"]: r for r in tune_verdicts(_doc(swap, apart))}["mlx-tune-rank"]["verdict"] == "not reproduced"
     assert all(r["verdict"] == "not measured" for r in tune_verdicts({"grid": [], "choice": {}}))
     assert kendall_tau([1, 2], [1, 2]) is None  # too few pairs to rank
+
+
+def test_regret_stays_on_the_stored_choice_and_names_the_one_this_codes_rule_picks_from_the_same_confirmation():
+    """A file tuned under the older rule (the closest setting at the median, none meeting the SLO)
+    keeps its verdict; evaluation says which setting the current rule picks from its stored
+    confirmation, with that setting's regret against the same sweep."""
+    from mlxlab.studies.tune.verdict import evaluation
+
+    sim = {"closest": (10.0, 1.4), "near": (1.0, 1.9), "far": (0.1, 2.8)}
+    meas = {"closest": (10.0, 1.5, [9.0, 11.0]), "near": (1.0, 1.4, [0.9, 1.1]), "far": (0.1, 2.6, [0.1, 0.1])}
+    doc = _doc(sim, meas, choice="closest")
+    doc["confirmed"] = [_row("closest", 0.03, 0.05, 10.0), _row("near", 0.04, 0.045, 1.0), _row("far", 0.052, 0.06, 0.1)]
+    e = evaluation(doc)
+    assert e["regret_on"] == "binding SLO ratio" and e["best"] == "near" and e["regret"] == pytest.approx(1.5 / 1.4 - 1)
+    again = e["rechosen"]
+    assert again["label"] == "near" and again["regret"] == 0.0 and again["objective_s"] == 1.0
+    assert again["stored_objective_s"] == 10.0 and "within that spread" in again["why"]
+    # the rule picks the stored choice: nothing to say; a confirmation without worst-repeat checks: nothing either
+    assert "rechosen" not in evaluation({**doc, "choice": {"label": "near"}})
+    old = [{k: v for k, v in r.items() if k != "checks_worst"} for r in doc["confirmed"]]
+    assert "rechosen" not in evaluation({**doc, "confirmed": old})
 
 
 def _full_summary(chat_itl_p99, batch_ttft_p50):

@@ -30,6 +30,7 @@ objective = None               # None: batch.ttft_p50 where the trace has a batc
 top_k = None                   # None: 1 (quick) or 3 (full)
 repeats = None                 # None: 2 (quick) or 3 (full)
 sweep = False                  # also run every grid setting on the engine (regret, rank, speed)
+grid = "standard"              # standard, or wide: each policy's own knob varied too (quick keeps the small grid)
 results_dir = None
 figures_dir = None
 
@@ -66,7 +67,7 @@ pd.DataFrame([tr.summary()]).T
 
 # %%
 doc = tune(model, arrivals, [parse_slo(s) for s in slos], objective=objective, top_k=top_k or (1 if quick else 3),
-           repeats=repeats or (2 if quick else 3), quick=quick)
+           repeats=repeats or (2 if quick else 3), quick=quick, grid_name=grid)
 doc["trace"] = tr.summary()
 doc["parameters"] = {"model": model_name}
 if sweep:

@@ -12,6 +12,11 @@ the same grid on the same trace, and the claims it decides from stored data.
   the sweep's own repeats order the grid against each other, and the simulation each repeat alone;
 * ``mlx-tune-speed``: tune's wall time (profile, simulation, confirmation) over the sweep's.
 
+Regret is decided on the choice the file stores (what tune recommended when it ran). Where this
+code's :func:`mlxlab.studies.tune.slo.choose` picks another setting from the same stored
+confirmation, :func:`evaluation` says which and what its regret would be (``rechosen``): context for
+a change of the choice rule, not a verdict.
+
 The simulator's absolute error on the grid (median over settings of |simulated - measured| /
 measured) is kept beside them. Importing this module loads no MLX.
 """
@@ -107,6 +112,27 @@ def agreement(doc: Mapping) -> dict:
     return out
 
 
+def rechosen(doc: Mapping, rows: List[dict], best: Optional[dict], key: str) -> Optional[dict]:
+    """This code's choice from ``doc``'s stored confirmation where it is not the stored one:
+    ``label``, ``why``, its ``regret`` against the sweep's ``best`` on ``key`` (as the stored
+    choice's is scored) and its sweep ``objective_s`` beside the stored choice's. None where the
+    two agree or the confirmation predates the worst-repeat checks."""
+    from mlxlab.studies.tune.slo import choose
+
+    conf = [r for r in doc.get("confirmed") or [] if r.get("policy") != "mlx_lm.BatchGenerator"]
+    if not conf or not all("checks_worst" in r for r in conf):
+        return None
+    now, stored = choose(conf), (doc.get("choice") or {}).get("label")
+    if now.label is None or now.label == stored:
+        return None
+    mine = next((r for r in rows if r["label"] == now.label), None)
+    was = next((r for r in rows if r["label"] == stored), None)
+    return {"label": now.label, "why": now.why,
+            "regret": mine[key] / best[key] - 1.0 if mine and best and best[key] > 0 else None,
+            "objective_s": mine["objective_s"] if mine else None,
+            "stored_objective_s": was["objective_s"] if was else None}
+
+
 def evaluation(doc: Mapping) -> dict:
     """The figures the claims need, from a ``tune.json`` with its ``sweep`` block."""
     sweep = doc.get("sweep") or {}
@@ -127,6 +153,9 @@ def evaluation(doc: Mapping) -> dict:
         out["choice_meets"] = bool(mine.get("meets"))
         if feasible:
             out["choice_range_s"], out["best_range_s"] = mine["objective_range_s"], best["objective_range_s"]
+    again = rechosen(doc, rows, best, key)
+    if again:
+        out["rechosen"] = again
     both = [(sim[r["label"]], r) for r in rows if r["label"] in sim]
     out["tau_objective"] = kendall_tau([s["objective_s"] for s, _ in both], [m["objective_s"] for _, m in both])
     out["tau_slo"] = kendall_tau([s["slo_ratio"] for s, _ in both], [m["slo_ratio"] for _, m in both])
