@@ -95,3 +95,12 @@ def test_resume_reads_a_file_from_before_grids_were_named_as_the_standard_grid(t
     assert main(args) == 2  # other arguments differ (the stored file names none of them), the grid does not
     err = capsys.readouterr().err
     assert "these differ: workload" in err and "grid" not in err
+
+
+def test_tune_refuses_a_grid_it_does_not_have_before_loading_anything(capsys):
+    from mlxlab.cli import main
+
+    with pytest.raises(SystemExit) as e:
+        main(["tune", "--model", "tiny", "--workload", "chat+batch", "--slo", "chat.itl_p99<=3x", "--grid", "huge"])
+    err = capsys.readouterr().err
+    assert e.value.code == 2 and "invalid choice: 'huge'" in err and "standard" in err and "wide" in err
