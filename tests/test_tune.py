@@ -339,7 +339,7 @@ def test_mlxlab_tune_on_a_trace_ends_with_a_choice_a_serve_line_and_its_files(tm
     cal = doc["calibration"]
     assert cal["tenant"] == "chat" and cal["measured_itl_p50_s"] == doc["solo"]["chat"]["chat"]["itl_s"]["p50"]
     assert cal["cost_model"]["coef"] != doc["profile"]["cost_model"]["coef"] and "decode cost calibrated" in out.stdout
-    assert len(doc["grid"]) == len(default_grid(True, 150)) and doc["frontier"]
+    assert len(doc["grid"]) == len(default_grid(True, 150)) and doc["frontier"] and doc["grid_name"] == "standard"
     assert {r["label"] for r in doc["confirmed"]} >= {BASELINE} and doc["choice"]["label"] != BASELINE
     assert doc["solo"]["chat"] and doc["profile"]["cached"] is False and (path.parent / "tune.png").is_file()
     # the chat's solo runs are timed apart from the simulation (they are engine runs, not simulated ones)

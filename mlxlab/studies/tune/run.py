@@ -190,7 +190,8 @@ def tune(model, arrivals: list, slos: Sequence[SLO], *, objective: Optional[str]
     profile's decode cost to the solo run measured here before simulating
     (:mod:`mlxlab.studies.tune.calibrate`; the file keeps the fitted model and the calibration). ``scaled``:
     the ``--output-scale`` the arrivals already carry, for the hint where an SLO's figure is thin.
-    ``grid_name``: :data:`mlxlab.studies.tune.grid.GRIDS` (where ``grid`` is not given)."""
+    ``grid_name``: :data:`mlxlab.studies.tune.grid.GRIDS` (where ``grid`` is not given; stored as
+    ``given`` where it is)."""
     from mlxlab.core.runner import run_workload
     from mlxlab.sim.simulator import Simulator
 
@@ -208,6 +209,7 @@ def tune(model, arrivals: list, slos: Sequence[SLO], *, objective: Optional[str]
     from mlxlab.engine.fused import cold_keying, packs_well
 
     packs, packs_why = packs_well()
+    grid_name = grid_name if not grid else "given"  # a caller's own list of settings is none of the named grids
     grid = grid or make_grid(grid_name, quick, max(len(a.prompt) for a in arrivals), packed=packs,
                              shape_keyed=cold_keying()[0] == "shape")
 
