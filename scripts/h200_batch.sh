@@ -161,9 +161,11 @@
 # 17x stall_free-1024's objective, which the sweep measured at the same ratio (0.96-0.97x): tune's choice rule now takes the
 # best objective within the closest setting's worst repeat. The old H200 coder file (old grid, no sweep) was renamed
 # tune_qwen2.5-coder-1.5b_before_unpacked.json.
-#   next (H200): the same two at TUNE_REPEATS=3 or more (the SLO ratio's repeat-to-repeat tau was 0.02-0.53 at 2), or
-#      with TUNE_GRID=wide (19 settings at these prompt lengths: 2 calls a model at 2 repeats) for the speed claim; then
-#      #39's list. On an H100: coder-1.5b chat x4 (item 1 below), not run yet.
+#   next (H200): the same two at TUNE_REPEATS=3 or more (the SLO ratio's repeat-to-repeat tau was 0.02-0.53 at 2), after
+#      renaming each h200/tune_MODEL_chat_x4.json to *_before_choice_rule.json, so the new choice rule runs on the engine
+#      (TUNE_FRESH=1, then resumes: ~2 calls a model); or with TUNE_GRID=wide (writes tune_MODEL_chat_x4_wide.json, no
+#      rename; 19 settings at these prompt lengths: ~2 calls a model at 2 repeats); then TUNE_TRACE=azure on the H200
+#      (the issue's imported trace there); then #39's list. On an H100: coder-1.5b chat x4 (item 1 below), not run yet.
 #   1. (next on an H100) coder-1.5b the same (llama's is done: TUNE_REPEATS=2 fits a fresh call and a short resume; 3 repeats
 #      need ~2-3 calls). Then: why one setting's chat p99 moves 2x between runs at ~41 gaps (tail part with
 #      TAIL_CHAT_SCALE=4 on interleave-256 and interleave-512, whose runs parted most).
