@@ -367,7 +367,8 @@ case "$part" in
     case ${TUNE_TRACE:-recorded} in
       recorded) tr=(--trace data/traces/samples/seed001_scene_tiny.jsonl --length-scale "${TUNE_LENGTH_SCALE:-4}")
                 nm="tune_$m" ;;
-      azure) tr=(--trace data/traces/samples/azure_llm_conv_2023_first64.csv --split-tokens 1000 --max-requests 40)
+      azure) tr=(--trace data/traces/samples/azure_llm_conv_2023_first64.csv --split-tokens 1000 --max-requests 40
+                 --time-scale "${TUNE_TIME_SCALE:-1}")  # 0.5: arrivals twice as dense, each run ~half the trace's 24 s
              nm="tune_azure_$m" ;;
       *) echo "TUNE_TRACE is recorded or azure" >&2; exit 2 ;;
     esac
