@@ -270,6 +270,14 @@ if [ -n "${OUT:-}" ]; then
 fi
 # probes run on the mlx bundle (scripts/h200.sh unpacks it the same way for mlxlab commands)
 [ -d .mlxcuda/site/mlx ] || { mkdir -p .mlxcuda/site && tar xJf .mlxcuda/mlx-cuda-sm90.tar.xz -C .mlxcuda/site; }
+# mlx's CUDA backend compiles each kernel variant with NVRTC on its first use and keeps the result under
+# TMPDIR/mlx/VERSION/ptx: on a fresh machine that took ~85 s of the first profile's warm-up (2026-12-06,
+# coder-1.5b; 3 s on a machine that had run a model before). A call brings that folder back as
+# $OUT/mlx-ptx.tar.xz; carried as .mlxcuda/mlx-ptx.tar.xz, it is unpacked where mlx looks before anything
+# runs. No MLX_* variable changes, so results keep their provenance; cuDNN's per-shape attention graphs
+# are still built in each process (they are not in that folder).
+TMPD=$(python3 -c 'import tempfile; print(tempfile.gettempdir())')
+if [ -f .mlxcuda/mlx-ptx.tar.xz ] && [ ! -d "$TMPD/mlx" ]; then tar xJf .mlxcuda/mlx-ptx.tar.xz -C "$TMPD" || true; fi
 PY="env PYTHONPATH=.mlxcuda/site:. MLXLAB_PLATFORM=$PLAT PYTHONUNBUFFERED=1 python3"
 M="--model qwen2.5-coder-1.5b --bits 4"
 case "$part" in
@@ -442,4 +450,9 @@ if [ -n "${OUT:-}" ]; then
     mkdir -p "$OUT/h200x2" && (cd data/results/h200x2 && find . -type f -newer "$MARK" -exec cp --parents {} "$OUT/h200x2/" \;)
   fi
   if ls data/profiles/h200-*.json >/dev/null 2>&1; then mkdir -p "$OUT/profiles" && cp data/profiles/h200-*.json "$OUT/profiles/"; fi
+fi
+if [ -n "${OUT:-}" ] && [ -d "$TMPD/mlx" ]; then  # the kernel cache as it stands (not above 20 MB packed)
+  tar cJf "$OUT/mlx-ptx.tar.xz.part" -C "$TMPD" mlx 2>/dev/null &&
+    [ "$(stat -c %s "$OUT/mlx-ptx.tar.xz.part")" -lt 20000000 ] && mv "$OUT/mlx-ptx.tar.xz.part" "$OUT/mlx-ptx.tar.xz"
+  rm -f "$OUT/mlx-ptx.tar.xz.part"
 fi
