@@ -222,3 +222,23 @@ def test_cli_profile_writes_the_seed001_file(tmp_path, monkeypatch, capsys):
     assert doc["cost_model"]["coef"] == pytest.approx(seed001_profile()["cost_model"].coef.tolist())
     assert all("provenance" in f for f in doc["figures"].values())
     assert np.allclose(load_profile("seed001-m4max-35b").coef, seed001_profile()["cost_model"].coef)
+
+
+def test_the_warm_up_meets_every_decode_batch_size_before_the_first_pass(tiny, monkeypatch):
+    # on mlx's CUDA backend a decode batch size's first step compiles kernels (30 s on an H200) and its
+    # first mixed steps run cold though their chunk shapes are warm: the warm-up must take that, not pass 0
+    import mlxlab.sim.measure as measure
+
+    seen = []
+    real = measure.decode_group
+
+    def spy(bench, c, batches):
+        seen.append((bench.recording, c, tuple(sorted(int(b) for b in batches))))
+        return real(bench, c, batches)
+
+    monkeypatch.setattr(measure, "decode_group", spy)
+    grid = dict(GRID, decode_batches=(1, 3), decode_contexts=(16,), contexts=(0,), repeats=1)
+    profile_device(tiny, **grid, measure_overhead=False)
+    warm = [s for s in seen if not s[0]]
+    assert warm == [(False, 16, (1, 3))]
+    assert [s for s in seen if s[0]] == [(True, 16, (1, 3))]

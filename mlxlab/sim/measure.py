@@ -95,7 +95,7 @@ def profile_device(model, *, prefill_tokens: Sequence[int] = PROFILE_DEFAULTS["p
     contexts = sorted({int(c) for c in contexts})
     joins = sorted({int(c) for c in ((max(bench.decode_contexts),) if join_contexts is None else join_contexts)})
     if warmup:
-        _warm_up(bench, contexts, seed)
+        _warm_up(bench, contexts, decode_batches, seed)
         say(f"[profile] warm-up done ({time.perf_counter() - t_start:.1f} s)")
     cases = ["decode"] + (["packed" if bench.packed else "mixed"] if mixed else [])
     for r in range(repeats):  # every group once per pass, so a slow spell of the machine lands on every kind
@@ -142,12 +142,16 @@ def _check_grid(prefill_tokens, contexts, decode_batches, decode_contexts, repea
         raise ValueError(f"contexts must be >= 0, got {contexts!r}")
 
 
-def _warm_up(bench: Bench, contexts: Sequence[int], seed: int) -> None:
-    """Unrecorded: first allocations, first use of each code path."""
+def _warm_up(bench: Bench, contexts: Sequence[int], decode_batches: Sequence[int], seed: int) -> None:
+    """Unrecorded: first allocations, first use of each code path, every decode batch size included.
+    On mlx's CUDA backend the first step at a new decode batch size compiles kernels and its first
+    mixed steps run cold whatever their chunk's shape: a warm-up of batches 1 and 2 left that to the
+    first pass (H200, coder-1.5b, 2026-12-06: the first join of 8 rows took 30 s, and every mixed and
+    packed step of batches 8 and 4 ~60 ms more than in the second pass, though counted warm)."""
     bench.recording = False
     try:
         prefill_group(bench, min(contexts))
-        decode_group(bench, min(bench.decode_contexts), batches=(1, 2))
+        decode_group(bench, min(bench.decode_contexts), batches=decode_batches)
         overhead_run(bench, seed)
     finally:
         bench.recording = True
