@@ -296,9 +296,9 @@ def test_a_tune_json_hands_serve_its_choice_and_refuses_one_without(tmp_path):
     p = tmp_path / "tune.json"
     p.write_text(json.dumps(doc))
     assert serve_settings(str(p)) == {"policy": "stall_free", "chunk_size": 2048, "options": {"token_budget": 512},
-                                      "model": "small", "meets": True}
+                                      "model": "small", "meets": True, "overlap": False}
     assert serve_command(doc, "small") == ("mlxlab serve --model small --policy stall_free --chunk-size 2048 "
-                                           "--policy-option token_budget=512")
+                                           "--policy-option token_budget=512 --no-overlap")
     p.write_text(json.dumps(dict(doc, choice={"label": BASELINE})))
     with pytest.raises(ValueError, match="no chosen mlxlab setting"):
         serve_settings(str(p))
@@ -669,3 +669,34 @@ def test_agreement_sets_the_sweeps_own_repeats_beside_the_simulation_run_by_run(
     out = capsys.readouterr().out
     assert "] mlx-tune-rank\n  objective: the sweep's repeats order the grid against each other at tau 1.00" in out
     assert "slo: the sweep's repeats order the grid against each other at tau -1.00, the simulation each repeat at 1.00" in out
+
+
+@pytest.mark.parametrize("flag, overlap, warned", [([], False, False), (["--overlap"], True, True),
+                                                   (["--no-overlap"], False, False)])
+def test_serve_with_a_tune_json_runs_the_serial_steps_tune_measured(tmp_path, monkeypatch, capsys, flag, overlap,
+                                                                   warned):
+    # tune confirms every setting with overlap=False; slo left to choose runs overlapped on a GPU, so --config
+    # serves serial unless asked otherwise (and then says tune did not measure that mode)
+    from mlxlab import serve
+    from mlxlab.cli import main
+
+    doc = {"choice": {"label": "slo-512", "meets": True}, "parameters": {"model": "tiny"},
+           "confirmed": [{"label": "slo-512", "policy": "slo", "chunk_size": 512, "options": {"key_align": 64}}]}
+    p = tmp_path / "tune.json"
+    p.write_text(json.dumps(doc))
+    seen = {}
+
+    class Stop(Exception):
+        pass
+
+    def build(model, **kw):
+        seen.update(kw)
+        raise Stop
+
+    monkeypatch.setattr("mlxlab.cli.reexec_with_fast_blas", lambda: None)
+    monkeypatch.setattr(serve, "build", build)
+    with pytest.raises(Stop):
+        main(["serve", "--model", "tiny", "--dtype", "float32", "--config", str(p)] + flag)
+    assert (seen["policy"], seen["chunk_size"], seen["key_align"], seen["overlap"]) == ("slo", 512, 64, overlap)
+    assert ("tune did not run" in capsys.readouterr().err) is warned
+

@@ -33,9 +33,10 @@ def register(sub: argparse._SubParsersAction) -> None:
                          "token_budget=512, or decode_apart=4096 (Engine(decode_apart=...): a row that far from the "
                          "decode batch's length decodes in its own forward instead of padding the batch); repeatable")
     sp.add_argument("--chunk-size", type=positive_int, default=2048, help="prefill chunk size (tokens)")
-    sp.add_argument("--overlap", action="store_true",
-                    help="prefill on a second thread and stream (overlap mode); without it the policy chooses "
-                         "(slo runs so on a GPU: Engine(overlap=None))")
+    sp.add_argument("--overlap", action=argparse.BooleanOptionalAction, default=None,
+                    help="prefill on a second thread and stream (overlap mode), or --no-overlap: serial steps; "
+                         "neither: the policy chooses (slo runs overlapped on a GPU: Engine(overlap=None)), or "
+                         "serial with --config (what tune ran on the engine)")
     sp.add_argument("--prefix-cache-tokens", type=positive_int, default=None,
                     help="keep a prefix cache of this many tokens (default: none)")
     sp.add_argument("--kv-budget-mb", type=positive_int, default=None,
@@ -380,7 +381,11 @@ def cli_serve(args: argparse.Namespace) -> int:
                   file=sys.stderr)
         if not tuned["meets"]:
             print(f"mlxlab serve: warning: the setting in {args.config} met no SLO set on the engine", file=sys.stderr)
+        if args.overlap and tuned["overlap"] is False:
+            print(f"mlxlab serve: warning: {args.config} measured this setting in serial steps; --overlap serves "
+                  f"a mode tune did not run", file=sys.stderr)
         args.policy, args.chunk_size, options = tuned["policy"], tuned["chunk_size"], {**tuned["options"], **options}
+        args.overlap = tuned["overlap"] if args.overlap is None else args.overlap
     if args.num_draft_tokens is not None and args.draft_model is None:
         raise ValueError("--num-draft-tokens needs --draft-model")
     model = load_model(args.model, bits=args.bits, dtype=args.dtype)
@@ -391,7 +396,7 @@ def cli_serve(args: argparse.Namespace) -> int:
 
         prefix = PrefixCache(max_tokens=args.prefix_cache_tokens)
     server = serve.build(model, model_name=args.model, policy=args.policy, chunk_size=args.chunk_size,
-                         overlap=True if args.overlap else None, prefix_cache=prefix, warmup=args.warmup,
+                         overlap=args.overlap, prefix_cache=prefix, warmup=args.warmup,
                          kv_budget_bytes=args.kv_budget_mb << 20 if args.kv_budget_mb else None,
                          max_in_flight=args.max_in_flight, draft_model=draft,
                          num_draft_tokens=args.num_draft_tokens, compile_decode=args.compile_decode,

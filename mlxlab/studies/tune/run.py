@@ -336,20 +336,24 @@ def serve_command(doc: dict, model: str, bits=None, dtype=None, config: Optional
     parts += [f"--dtype {dtype}"] if dtype else []
     parts += [f"--policy {row['policy']}", f"--chunk-size {row['chunk_size']}"]
     parts += [f"--policy-option {k}={json.dumps(v)}" for k, v in sorted(row["options"].items())]
+    parts += ["--no-overlap"]  # tune ran it in serial steps (slo would otherwise run overlapped on a GPU)
     line = " ".join(parts)
     return line + (f"   # or: mlxlab serve --model {model} --config {config}" if config else "")
 
 
 def serve_settings(path: str) -> dict:
     """The chosen setting of a ``tune.json`` (for ``mlxlab serve --config``): ``policy``,
-    ``chunk_size``, ``options``, ``model``; a ValueError saying what is missing."""
+    ``chunk_size``, ``options``, ``model``, ``meets`` and ``overlap`` (False: tune runs the engine in
+    serial steps, as the simulator does, so serving it overlapped would serve what it did not measure);
+    a ValueError saying what is missing."""
     doc = json.loads(Path(path).read_text())
     label = (doc.get("choice") or {}).get("label")
     row = next((r for r in doc.get("confirmed", []) if r.get("label") == label), None)
     if row is None or row.get("policy") == BASELINE:
         raise ValueError(f"{path}: no chosen mlxlab setting in it (its choice: {label!r}); run mlxlab tune first")
     return {"policy": row["policy"], "chunk_size": int(row["chunk_size"]), "options": dict(row["options"]),
-            "model": (doc.get("parameters") or {}).get("model"), "meets": (doc.get("choice") or {}).get("meets")}
+            "model": (doc.get("parameters") or {}).get("model"), "meets": (doc.get("choice") or {}).get("meets"),
+            "overlap": False}
 
 
 def sweep(model, arrivals: list, doc: dict, *, repeats: int = 3, progress: bool = True,
