@@ -167,6 +167,29 @@ def test_regret_rank_and_speed_are_decided_from_the_stored_sweep():
     assert kendall_tau([1, 2], [1, 2]) is None  # too few pairs to rank
 
 
+def test_where_no_setting_meets_the_slo_a_regret_within_the_repeats_spread_of_the_ratio_is_inconclusive():
+    """Regret is then on the binding SLO's ratio (medians over the sweep's repeats); above the target,
+    inconclusive where the two settings' ratios over the whole repeats (each run scored alone) overlap,
+    as on the objective, and not reproduced where they part."""
+    def runs(*p99s):
+        return [_full_summary(p, 1.0) for p in p99s]
+
+    def doc(chosen_p99s):
+        med = {"a": sorted(chosen_p99s)[len(chosen_p99s) // 2] / 0.05, "b": 1.55}
+        d = _doc({"a": (1.0, 1.5), "b": (2.0, 1.6)},
+                 {"a": (1.0, med["a"], [0.9, 1.1]), "b": (2.0, med["b"], [1.9, 2.1])}, choice="a")
+        d["sweep"].update(repeats=3, runs={"a": runs(*chosen_p99s), "b": runs(0.075, 0.0775, 0.08)})
+        return {**d, "slos": ["chat.itl_p99<=50ms"], "solo": {}}
+
+    spread = {r["claim"]: r for r in tune_verdicts(doc([0.07, 0.09, 0.11]))}["mlx-tune-regret"]
+    m = spread["measured"]
+    assert m["regret_on"] == "binding SLO ratio" and m["best"] == "b" and m["regret"] == pytest.approx(1.8 / 1.55 - 1)
+    assert m["choice_ratio_range"] == pytest.approx([1.4, 2.2]) and m["best_ratio_range"] == pytest.approx([1.5, 1.6])
+    assert spread["verdict"] == "inconclusive" and m["within_noise"] is True
+    apart = {r["claim"]: r for r in tune_verdicts(doc([0.085, 0.09, 0.11]))}["mlx-tune-regret"]
+    assert apart["measured"]["choice_ratio_range"][0] > 1.6 and apart["verdict"] == "not reproduced"
+
+
 def test_regret_stays_on_the_stored_choice_and_names_the_one_this_codes_rule_picks_from_the_same_confirmation():
     """A file tuned under the older rule (the closest setting at the median, none meeting the SLO)
     keeps its verdict; evaluation says which setting the current rule picks from its stored

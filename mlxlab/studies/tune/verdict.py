@@ -3,7 +3,9 @@ the same grid on the same trace, and the claims it decides from stored data.
 
 * ``mlx-tune-regret``: how much worse the tuned choice is on the engine than the best setting the
   sweep found meeting the SLOs, on the objective (medians over the sweep's repeats, both measured
-  in the sweep, so one set of conditions);
+  in the sweep, so one set of conditions), or where none met them on the binding SLO's ratio; above
+  the target, inconclusive where the two settings' ranges over the sweep's repeats overlap on that
+  metric (for the ratio, each whole repeat's run scored alone: :func:`ratio_range`);
 * ``mlx-tune-rank``: Kendall's tau between the simulated and the measured ranking of the grid, on
   the objective and on the binding SLO's ratio (the smaller of the two decides); below the target,
   inconclusive when every pair the simulator orders against the engine is a pair whose measured
@@ -153,6 +155,8 @@ def evaluation(doc: Mapping) -> dict:
         out["choice_meets"] = bool(mine.get("meets"))
         if feasible:
             out["choice_range_s"], out["best_range_s"] = mine["objective_range_s"], best["objective_range_s"]
+        else:  # the binding SLO's ratio over the sweep's whole repeats, each run scored alone
+            out["choice_ratio_range"], out["best_ratio_range"] = ratio_range(doc, label), ratio_range(doc, best["label"])
     again = rechosen(doc, rows, best, key)
     if again:
         out["rechosen"] = again
@@ -208,12 +212,15 @@ def tune_verdicts(doc: Mapping) -> List[Dict]:
     out = []
     rule = (f"The chosen setting's objective over the best SLO-meeting setting's, both medians of the sweep's engine "
             f"repeats, less 1 (where no setting met the SLOs, the same on the binding SLO's ratio, which tune then "
-            f"minimizes). Reproduced at most {REGRET_MAX:.0%}; inconclusive above it while the two settings' "
-            f"objective ranges over the repeats overlap (the sweep cannot tell them apart); not reproduced otherwise.")
+            f"brings closest to its bound). Reproduced at most {REGRET_MAX:.0%}; inconclusive above it while the two "
+            f"settings' ranges over the repeats overlap on that metric (the objective, or the SLO ratio of each "
+            f"whole repeat's run scored alone: the sweep cannot tell them apart); not reproduced otherwise.")
     if e.get("regret") is None:
         out.append(verdict("mlx-tune-regret", "not measured", measured=e, rule=rule, fairness=fair))
     else:
-        overlap = "choice_range_s" in e and e["choice_range_s"][0] <= e["best_range_s"][1]
+        mine, best = ((e.get("choice_range_s"), e.get("best_range_s")) if "choice_range_s" in e
+                      else (e.get("choice_ratio_range"), e.get("best_ratio_range")))
+        overlap = bool(mine and best and mine[0] <= best[1] and best[0] <= mine[1])
         v = "reproduced" if e["regret"] <= REGRET_MAX else "inconclusive" if overlap else "not reproduced"
         out.append(verdict("mlx-tune-regret", v, measured={**e, "within_noise": v == "inconclusive"}, rule=rule,
                            fairness=fair))
