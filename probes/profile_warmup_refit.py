@@ -11,6 +11,9 @@ the stored profile's records less the first pass's steps at the smallest decode 
 warm-up now takes), refitted as the profile fits, calibrated on the tune's solo run as tune does, the
 grid simulated from a cold start and scored against the stored sweep as ``mlx-tune-rank`` scores it.
 
+A second refit (``low``) keeps every record but takes each cell's lower median (of a cell's two passes,
+the faster): what the fit would see if every first use the rig does not count landed in one pass only.
+
 Usage (each tune file with the profile it was simulated on, ``tune.json:profile.json``)::
 
     python -m probes.profile_warmup_refit \\
@@ -58,6 +61,20 @@ def refit(profile: dict, drop):
                           source="profile refitted without the warm-up's share of its first pass")
 
 
+def low_cells(records):
+    """:func:`mlxlab.sim.fit.cell_medians` with each cell's duration its lower median
+    (``statistics.median_low``: of two passes, the faster)."""
+    import statistics
+
+    from mlxlab.sim.fit import _cell, cell_medians
+
+    groups = {}
+    for r in records:
+        if r.get("duration_s", 0) > 0:
+            groups.setdefault(_cell(r), []).append(r["duration_s"])
+    return [dict(c, duration_s=float(statistics.median_low(groups[_cell(c)]))) for c in cell_medians(records)]
+
+
 def main(argv=None) -> int:
     from mlxlab.core.costmodel import FEATURES
     from mlxlab.core.results import run_folder, save_results
@@ -81,9 +98,13 @@ def main(argv=None) -> int:
         grid = [{k: g[k] for k in ("label", "policy", "chunk_size", "options")} for g in doc["grid"]]
         drop = warm_up_takes(prof)
         dropped = sum(map(drop, prof["records"]))
-        models = {"stored": point["cost_model"], "refit": None}
-        cm, _ = calibrate_from_solos(refit(prof, drop), point["arrivals"], point["limits"], doc["solo"])
-        models["refit"] = cm
+        from mlxlab.sim.fit import fit_cost_model
+
+        low = fit_cost_model(low_cells(prof["records"]), relative=prof["grid"].get("relative_fit", True),
+                             source="profile refitted on each cell's lower median")
+        models = {"stored": point["cost_model"]}
+        for way, fitted in (("warm-up", refit(prof, drop)), ("low", low)):
+            models[way], _ = calibrate_from_solos(fitted, point["arrivals"], point["limits"], doc["solo"])
         scores = {}
         for way, m in models.items():
             pt = dict(point, cost_model=m)
@@ -91,7 +112,7 @@ def main(argv=None) -> int:
             scores[way] = {**s, "coefficients": dict(zip(FEATURES, map(float, m.coef)))}
             print(f"{Path(tpath).name:44s} {way:8s} {s['tau_slo']:8.2f} {s['tau_objective']:8.2f} "
                   f"{s['sim_error_objective']:8.0%} {s['sim_error_slo_ratio']:8.0%} "
-                  f"{m.coef[FEATURES.index('prefill_chunks')] * 1e3:8.1f} {dropped if way == 'refit' else 0:7d}")
+                  f"{m.coef[FEATURES.index('prefill_chunks')] * 1e3:8.1f} {dropped if way == 'warm-up' else 0:7d}")
         out.append({"tune": tpath, "profile": ppath, "dropped_records": dropped, "scores": scores})
     path = save_results("profile_warmup_refit", {"kind": "profile_warmup_refit", "files": out}, platform=plat,
                         folder=run_folder(plat))
