@@ -218,11 +218,12 @@ def test_settings_resolve_by_label_or_mapping_and_unknown_labels_are_refused():
 
 # ---------------------------------------------------------------------------------- the figure
 def test_labels_of_clustered_points_do_not_overlap_and_stay_in_the_panel():
-    from mlxlab.studies.contention.charts import CHAR_W, HEIGHT, LINE_H, WIDTH, place_labels
+    from mlxlab.notebook.labels import CHAR_W, LINE_H, place_labels
+    from mlxlab.studies.contention.charts import HEIGHT, WIDTH
 
     pts = [(300.0 + i, 150.0 + 0.5 * i) for i in range(8)]
     texts = [f"setting number {i}" for i in range(8)]
-    spots = place_labels(pts, texts)
+    spots = place_labels(pts, texts, WIDTH, HEIGHT)
     boxes = []
     for s, t in zip(spots, texts):
         w = CHAR_W * len(t) + 2
@@ -233,6 +234,11 @@ def test_labels_of_clustered_points_do_not_overlap_and_stay_in_the_panel():
         for b in boxes[i + 1:]:
             assert min(a[2], b[2]) <= max(a[0], b[0]) or min(a[3], b[3]) <= max(a[1], b[1])
     assert any(s["moved"] for s in spots) and not spots[0]["moved"]
+    # another mark where the label would go (right of its point) sends it to the left (the tune figure's
+    # simulated points and sweep squares are such marks)
+    alone = place_labels([(200.0, 150.0)], ["a label"], WIDTH, HEIGHT)[0]
+    blocked = place_labels([(200.0, 150.0)], ["a label"], WIDTH, HEIGHT, obstacles=[(215.0, 150.0)])[0]
+    assert alone["align"] == "left" and blocked["align"] == "right" and not blocked["moved"]
 
 
 def test_frontier_chart_has_a_panel_per_preset_and_skips_unmeasured_settings():

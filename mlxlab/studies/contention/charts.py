@@ -4,18 +4,20 @@ target region of ``mlx-contention-frontier`` shaded. Altair with the one mlxlab 
 saves it with :func:`mlxlab.notebook.plots.save_figure` into ``paper/figures/``.
 
 The labels are placed here, not by Vega (which has no collision avoidance for text): each panel's
-scales have fixed domains, so a point's pixel position is known, and :func:`place_labels` puts each
+scales have fixed domains, so a point's pixel position is known, and
+:func:`mlxlab.notebook.labels.place_labels` puts each
 label beside its point where it overlaps no other label or point, with a leader line when it had
 to move up or down."""
 
 from __future__ import annotations
 
 import math
-from typing import Dict, List, Mapping, Sequence, Tuple
+from typing import Mapping, Sequence, Tuple
 
 import altair as alt
 import pandas as pd
 
+from mlxlab.notebook.labels import place_labels
 from mlxlab.notebook.plots import PALETTE, use_theme
 from mlxlab.studies.contention.verdict import ITL_X, TTFT_X
 
@@ -23,7 +25,6 @@ use_theme()
 
 WIDTH, HEIGHT = 400, 300
 FONT = 10
-CHAR_W, LINE_H = 5.6, 12.0  # a label's width per character and its height at FONT (DejaVu Sans), pixels
 TARGET = f"target: ITL p99 ≤ {ITL_X:g}x solo, TTFT ≤ {TTFT_X:g}x alone"
 FAMILIES = {"mlx_lm": ("mlx-lm", "#7f8c8d"), "interleave": ("interleave", PALETTE[0]),
             "stall_free": ("stall-free", PALETTE[1]), "overlap": ("overlap", PALETTE[2]), "slo": ("slo", PALETTE[3]),
@@ -36,45 +37,6 @@ def _family(s: Mapping) -> str:
     if s.get("overlap"):
         return "overlap"
     return s.get("policy") if s.get("policy") in FAMILIES else "interleave"
-
-
-def _box_overlap(a: Tuple[float, ...], b: Tuple[float, ...]) -> float:
-    w = min(a[2], b[2]) - max(a[0], b[0])
-    h = min(a[3], b[3]) - max(a[1], b[1])
-    return w * h if w > 0 and h > 0 else 0.0
-
-
-def place_labels(points: Sequence[Tuple[float, float]], texts: Sequence[str], width: float = WIDTH,
-                 height: float = HEIGHT, gap: float = 7.0, radius: float = 5.0, rows: int = 8) -> List[dict]:
-    """For points at pixel positions ``points`` (x right, y down), where each label goes: a dict
-    with ``x``, ``y`` (the text's anchor, its vertical middle), ``align`` ("left" or "right") and
-    ``moved`` (it left its point's row: draw a leader). Tries beside the point (right, then left),
-    then up to ``rows`` rows above and below; takes the first spot inside the panel that overlaps
-    no label placed so far and no point, or else the least bad one (outside the panel is worst,
-    then overlapping a label, then a point). Points are taken top to bottom."""
-    dots = [(x - radius, y - radius, x + radius, y + radius) for x, y in points]
-    placed: List[Tuple[float, ...]] = []
-    spots: Dict[int, dict] = {}
-    steps = [0] + [s * k for k in range(1, rows + 1) for s in (-1, 1)]
-    for i in sorted(range(len(points)), key=lambda i: (points[i][1], points[i][0])):
-        (x, y), w = points[i], CHAR_W * len(texts[i]) + 2
-        best = None
-        for k in steps:
-            ty = y + k * LINE_H
-            for align in ("left", "right"):
-                x0 = x + gap if align == "left" else x - gap - w
-                box = (x0, ty - LINE_H / 2, x0 + w, ty + LINE_H / 2)
-                outside = max(0.0, -box[0]) + max(0.0, box[2] - width) + max(0.0, -box[1]) + max(0.0, box[3] - height)
-                cost = (1e4 * outside + 10 * sum(_box_overlap(box, b) for b in placed)
-                        + sum(_box_overlap(box, b) for b in dots))
-                if best is None or cost < best[0]:
-                    best = (cost, box, align, ty, k)
-            if best[0] == 0:
-                break
-        _, box, align, ty, k = best
-        placed.append(box)
-        spots[i] = {"x": box[0] if align == "left" else box[2], "y": ty, "align": align, "moved": k != 0}
-    return [spots[i] for i in range(len(points))]
 
 
 def _domains(xs: Sequence[float], ys: Sequence[float]) -> Tuple[Tuple[float, float], Tuple[float, float]]:
@@ -104,7 +66,7 @@ def _panel(preset: str, res: Mapping) -> alt.LayerChart:
     def py(y):
         return HEIGHT * (ty_ - math.log(y)) / (ty_ - by)
 
-    spots = place_labels([(px(r["x"]), py(r["y"])) for r in rows], [r["name"] for r in rows])
+    spots = place_labels([(px(r["x"]), py(r["y"])) for r in rows], [r["name"] for r in rows], WIDTH, HEIGHT)
     for r, s in zip(rows, spots):
         r["tx"] = math.exp(lx + s["x"] / WIDTH * (ly - lx))
         r["ty"] = math.exp(ty_ - s["y"] / HEIGHT * (ty_ - by))

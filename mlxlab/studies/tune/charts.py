@@ -12,6 +12,7 @@ from typing import Mapping
 import altair as alt
 import pandas as pd
 
+from mlxlab.notebook.labels import place_labels
 from mlxlab.notebook.plots import PALETTE, use_theme
 from mlxlab.studies.tune.run import BASELINE
 
@@ -20,6 +21,30 @@ use_theme()
 
 def _ms(v) -> float:
     return float("nan") if v is None or not math.isfinite(v) else 1e3 * v
+
+
+WIDTH, HEIGHT = 460, 320
+def yscale_domain(ys, ylog: bool):
+    """The y axis's domain as :func:`tune_chart` draws it."""
+    if not ys:
+        return [0.0, 1.0]
+    return [min(ys) / 1.5, max(ys) * 1.5] if ylog else [0.0, max(ys) * 1.1]
+
+
+def _pixels(df, xdom, ydom, ylog: bool):
+    """Each row's point in the plot's pixels (x from the left, y from the top; the x axis is log)."""
+    def frac(v, lo, hi, log):
+        if log:
+            v, lo, hi = (math.log(max(t, 1e-12)) for t in (v, lo, hi))
+        return (v - lo) / (hi - lo) if hi > lo else 0.5
+    return [(WIDTH * frac(x, *xdom, True), HEIGHT * (1 - frac(y, *ydom, ylog))) for x, y in zip(df["x"], df["y"])]
+
+
+def _data(px, xdom, ydom, ylog: bool):
+    """A pixel position (x from the left, y from the top) back in the axes' values: :func:`_pixels` inverted."""
+    def value(f, lo, hi, log):
+        return math.exp(math.log(lo) + f * (math.log(hi) - math.log(lo))) if log else lo + f * (hi - lo)
+    return value(px[0] / WIDTH, *xdom, True), value(1 - px[1] / HEIGHT, *ydom, ylog)
 
 
 def tune_chart(doc: Mapping, platform: str = "") -> alt.LayerChart:
@@ -46,8 +71,7 @@ def tune_chart(doc: Mapping, platform: str = "") -> alt.LayerChart:
     # objectives can also span orders of magnitude (the H200's tune: 0.2 s to 16 s), which on a linear
     # axis piles the useful settings onto the floor: log past a 30x spread
     ylog = bool(ys) and min(ys) > 0 and max(ys) / min(ys) > 30
-    yscale = (alt.Scale(type="log", domain=[min(ys) / 1.5, max(ys) * 1.5], nice=False) if ylog
-              else alt.Scale(domain=[0, max(ys) * 1.1 if ys else 1]))
+    yscale = alt.Scale(type="log" if ylog else "linear", domain=yscale_domain(ys, ylog), nice=False)
     x = alt.X("x:Q", scale=alt.Scale(type="log", domain=xdom, nice=False),
               title="binding SLO: its figure over its bound (≤ 1 meets every SLO; log)")
     y = alt.Y("y:Q", scale=yscale, title=f"objective: {doc.get('objective', '?')} (ms{'; log' if ylog else ''})")
@@ -76,13 +100,26 @@ def tune_chart(doc: Mapping, platform: str = "") -> alt.LayerChart:
         layers.append(alt.Chart(conf).mark_rule().encode(x=x, y="lo:Q", y2="hi:Q", color=color))
         layers.append(alt.Chart(conf).mark_point(filled=True, size=90).encode(
             x=x, y=y, color=color, tooltip=["label", alt.Tooltip("x:Q", format=".2f"), alt.Tooltip("y:Q", format=".1f")]))
-        conf = conf.sort_values(["x", "y"]).reset_index(drop=True)  # neighbours' labels alternate above and below
-        conf["dy"] = [-10 if i % 2 == 0 else 14 for i in range(len(conf))]
-        conf["right"] = conf.index == len(conf) - 1  # the rightmost label to the left of its point, inside the plot
-        for (dy, right), part in conf.groupby(["dy", "right"]):
-            layers.append(alt.Chart(part).mark_text(align="right" if right else "left", dx=-9 if right else 9,
-                                                    dy=int(dy), fontSize=10).encode(x=x, y=y, text="label:N",
-                                                                                    color=color))
+        conf = conf.reset_index(drop=True)
+        ydom = yscale_domain(ys, ylog)
+        marks = [df[["x", "y"]].dropna() for df in (sim, swept) if not df.empty]
+        spots = place_labels(_pixels(conf, xdom, ydom, ylog), list(conf["label"]), WIDTH, HEIGHT,
+                             obstacles=[q for df in marks for q in _pixels(df, xdom, ydom, ylog)])
+        px = _pixels(conf, xdom, ydom, ylog)
+        conf["dx"] = [s["x"] - p[0] for s, p in zip(spots, px)]  # the label's anchor from its point, pixels
+        conf["dy"] = [s["y"] - p[1] for s, p in zip(spots, px)]
+        conf["align"] = [s["align"] for s in spots]
+        lead = [{"x": r["x"], "y": r["y"], "o": 0, "label": r["label"]} for r, s in zip(conf.to_dict("records"), spots)
+                if s["moved"]]
+        lead += [dict(zip(("x", "y"), _data((s["x"], s["y"]), xdom, ydom, ylog)), o=1, label=r["label"])
+                 for r, s in zip(conf.to_dict("records"), spots) if s["moved"]]
+        if lead:  # a label moved off its point's row: a thin line from the point to it
+            layers.append(alt.Chart(pd.DataFrame(lead)).mark_line(color="#999999", strokeWidth=0.8).encode(
+                x=x, y=y, detail="label:N", order="o:Q"))
+        for _, row in conf.iterrows():  # one text mark per label: each has its own offset
+            layers.append(alt.Chart(pd.DataFrame([row])).mark_text(
+                align=row["align"], baseline="middle", dx=round(row["dx"]), dy=round(row["dy"]), fontSize=10).encode(
+                x=x, y=y, text="label:N", color=color))
         chosen = conf[conf["label"] == (doc.get("choice") or {}).get("label")]
         if not chosen.empty:
             layers.append(alt.Chart(chosen).mark_point(size=420, strokeWidth=2, color="#111").encode(x=x, y=y))
@@ -93,7 +130,7 @@ def tune_chart(doc: Mapping, platform: str = "") -> alt.LayerChart:
                   "dashed grey: the simulated Pareto frontier; ringed: the choice"]
         + ([f"squares: the exhaustive sweep's medians ({doc['sweep'].get('repeats')} repeats), dotted from the simulation"]
            if not swept.empty else []))
-    return alt.layer(*layers).properties(width=460, height=320, title=title)
+    return alt.layer(*layers).properties(width=WIDTH, height=HEIGHT, title=title)
 
 
 def explorer_chart(doc: Mapping, tenant_metric: str = "") -> alt.LayerChart:
