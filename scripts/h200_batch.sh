@@ -161,6 +161,14 @@
 # 17x stall_free-1024's objective, which the sweep measured at the same ratio (0.96-0.97x): tune's choice rule now takes the
 # best objective within the closest setting's worst repeat. The old H200 coder file (old grid, no sweep) was renamed
 # tune_qwen2.5-coder-1.5b_before_unpacked.json.
+# 12-06 (#16): no machine came: ~14 tries for an H200 or an H100 over 80 minutes, ~1,400 s of the 1,800 spent on refused
+# or failed starts. Ready for the next calls: TUNE_TIME_SCALE (the Azure trace at 0.5: arrivals twice as dense, each
+# run ~12 s), the kernel cache brought back as $OUT/mlx-ptx.tar.xz (copy it to .mlxcuda/mlx-ptx.tar.xz: the next
+# fresh machine skips the ~85 s of NVRTC compiles), the profile's warm-up over every decode batch size (0decd22).
+#   next (H200), in this order: (a) the imported trace, one call a model at 2 repeats:
+#      TUNE_TRACE=azure TUNE_TIME_SCALE=0.5 TUNE_REPEATS=2 TUNE_FRESH=1 T_TUNE=550 TUNE_MODEL=llama-3.2-1b (~500 s, an
+#      estimate: profile ~100 s on a fresh machine, solo and confirmation ~120 s, 22 sweep runs of ~12 s), then
+#      TUNE_MODEL=qwen2.5-coder-1.5b the same (fresh, then a resume call without TUNE_FRESH); (b) then the item below.
 #   next (H200): the same two at TUNE_REPEATS=3 or more (the SLO ratio's repeat-to-repeat tau was 0.02-0.53 at 2), after
 #      renaming each h200/tune_MODEL_chat_x4.json to *_before_choice_rule.json, so the new choice rule runs on the engine
 #      (TUNE_FRESH=1, then resumes: ~2 calls a model); or with TUNE_GRID=wide (writes tune_MODEL_chat_x4_wide.json, no
