@@ -23,7 +23,9 @@ def _ms(v) -> float:
     return float("nan") if v is None or not math.isfinite(v) else 1e3 * v
 
 
-WIDTH, HEIGHT = 460, 320
+WIDTH, HEIGHT = 460, 320  # the plot's size in pixels: the label placer works in them
+
+
 def yscale_domain(ys, ylog: bool):
     """The y axis's domain as :func:`tune_chart` draws it."""
     if not ys:
@@ -103,9 +105,9 @@ def tune_chart(doc: Mapping, platform: str = "") -> alt.LayerChart:
         conf = conf.reset_index(drop=True)
         ydom = yscale_domain(ys, ylog)
         marks = [df[["x", "y"]].dropna() for df in (sim, swept) if not df.empty]
-        spots = place_labels(_pixels(conf, xdom, ydom, ylog), list(conf["label"]), WIDTH, HEIGHT,
-                             obstacles=[q for df in marks for q in _pixels(df, xdom, ydom, ylog)])
         px = _pixels(conf, xdom, ydom, ylog)
+        spots = place_labels(px, list(conf["label"]), WIDTH, HEIGHT,
+                             obstacles=[q for df in marks for q in _pixels(df, xdom, ydom, ylog)])
         conf["dx"] = [s["x"] - p[0] for s, p in zip(spots, px)]  # the label's anchor from its point, pixels
         conf["dy"] = [s["y"] - p[1] for s, p in zip(spots, px)]
         conf["align"] = [s["align"] for s in spots]
