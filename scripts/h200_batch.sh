@@ -161,8 +161,8 @@
 # 17x stall_free-1024's objective, which the sweep measured at the same ratio (0.96-0.97x): tune's choice rule now takes the
 # best objective within the closest setting's worst repeat. The old H200 coder file (old grid, no sweep) was renamed
 # tune_qwen2.5-coder-1.5b_before_unpacked.json.
-# 12-06 (#16): no machine came: ~14 tries for an H200 or an H100 over 80 minutes, ~1,400 s of the 1,800 spent on refused
-# or failed starts. Ready for the next calls: TUNE_TIME_SCALE (the Azure trace at 0.5: arrivals twice as dense, each
+# 12-06 (#16): no machine came: 23 calls for an H200 or an H100 from 23:12 to 00:39 UTC (about 13 failed starts of ~90 s,
+# 10 refused at once at 15 s) spent 1,516 s of the 1,800. Ready for the next calls: TUNE_TIME_SCALE (the Azure trace at 0.5: arrivals twice as dense, each
 # run ~12 s), the kernel cache brought back as $OUT/mlx-ptx.tar.xz (copy it to .mlxcuda/mlx-ptx.tar.xz: the next
 # fresh machine skips the ~85 s of NVRTC compiles), the profile's warm-up over every decode batch size (0decd22).
 #   next (H200), in this order: (a) the imported trace, one call a model at 2 repeats:
