@@ -74,3 +74,17 @@ def save(args: argparse.Namespace, kind: str, payload: dict, *, name: Optional[s
     path = save_results(name or args.name, doc, platform=args.platform)
     log(kind, f"wrote {path}")
     return path
+
+
+def save_over_stored(kind: str, payload: dict, platform: Optional[str], *, save: bool = False,
+                     name: Optional[str] = None) -> Path:
+    """Write a probe's findings over stored results files, ``{"kind": kind, **payload}``, to a new run
+    folder (``data/results/<platform>/runs/<time>/``, ignored by git), or with ``save`` to
+    ``data/results/<platform>/`` (committed results); ``name`` defaults to ``kind``."""
+    from mlxlab.core.results import run_folder
+
+    path = save_results(name or kind, {"kind": kind, **payload}, platform=platform,
+                        folder=None if save else run_folder(platform))
+    log(kind, f"wrote {path}")
+    return path
+

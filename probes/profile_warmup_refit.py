@@ -77,7 +77,6 @@ def low_cells(records):
 
 def main(argv=None) -> int:
     from mlxlab.core.costmodel import FEATURES
-    from mlxlab.core.results import run_folder, save_results
     from mlxlab.studies.tune.calibrate import calibrate_from_solos
     from probes.key_align_sim import load_point
     from probes.warm_carry_sim import _row, _run, score
@@ -114,9 +113,7 @@ def main(argv=None) -> int:
                   f"{s['sim_error_objective']:8.0%} {s['sim_error_slo_ratio']:8.0%} "
                   f"{m.coef[FEATURES.index('prefill_chunks')] * 1e3:8.1f} {dropped if way == 'warm-up' else 0:7d}")
         out.append({"tune": tpath, "profile": ppath, "dropped_records": dropped, "scores": scores})
-    path = save_results("profile_warmup_refit", {"kind": "profile_warmup_refit", "files": out}, platform=plat,
-                        folder=run_folder(plat))
-    common.log("profile_warmup_refit", f"wrote {path}")
+    common.save_over_stored("profile_warmup_refit", {"files": out}, plat)
     return 0
 
 

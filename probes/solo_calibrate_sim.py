@@ -97,7 +97,6 @@ def picks(rows: list, k: int) -> list:
 
 
 def main(argv=None) -> int:
-    from mlxlab.core.results import run_folder, save_results
     from probes.warm_carry_sim import score, sweep_files
 
     args = parse_args(argv)
@@ -133,9 +132,7 @@ def main(argv=None) -> int:
     if not files:
         raise SystemExit("no tune file with a whole sweep and a solo run")
     plat = f"sim-{plat}"  # a re-simulation of that platform's sweeps, made here: not a measurement of it
-    path = save_results("solo_calibrate_sim", {"kind": "solo_calibrate_sim", "tenant": args.tenant, "files": files},
-                        platform=plat, folder=None if args.save else run_folder(plat))
-    common.log("solo_calibrate_sim", f"wrote {path}")
+    common.save_over_stored("solo_calibrate_sim", {"tenant": args.tenant, "files": files}, plat, save=args.save)
     return 0
 
 

@@ -129,7 +129,6 @@ def score(doc: dict, rows: List[dict]) -> dict:
 
 
 def main(argv=None) -> int:
-    from mlxlab.core.results import run_folder, save_results
 
     args = parse_args(argv)
     files, plat = [], None
@@ -148,9 +147,7 @@ def main(argv=None) -> int:
     if not files:
         raise SystemExit("no tune file with a whole sweep")
     print("apart: swapped pairs whose measured repeats do not overlap (SLO ratio / objective)")
-    path = save_results("warm_carry_sim", {"kind": "warm_carry_sim", "files": files}, platform=plat,
-                        folder=run_folder(plat))
-    common.log("warm_carry_sim", f"wrote {path}")
+    common.save_over_stored("warm_carry_sim", {"files": files}, plat)
     return 0
 
 

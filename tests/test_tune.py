@@ -723,3 +723,52 @@ def test_serve_with_a_tune_json_runs_the_serial_steps_tune_measured(tmp_path, mo
     assert (seen["policy"], seen["chunk_size"], seen["key_align"], seen["overlap"]) == ("slo", 512, 64, overlap)
     assert ("tune did not run" in capsys.readouterr().err) is warned
 
+
+
+def _raced(label, objs, worst_p99=0.01):
+    """A confirmed row as the race reads it: ``objs`` the objective of each repeat so far."""
+    import statistics
+
+    slos = [parse_slo("chat.itl_p99<=20ms")]
+    return {"label": label, "checks": check(_summary(0.01, statistics.median(objs)), slos, {}),
+            "checks_worst": check(_summary(worst_p99, max(objs)), slos, {}), "objective_s": statistics.median(objs),
+            "objective_range_s": [min(objs), max(objs)], "repeats": len(objs)}
+
+
+def test_the_race_settles_only_when_the_pick_met_the_slos_every_repeat_and_beat_every_run_of_the_others():
+    from mlxlab.studies.tune.slo import settled
+
+    # after two repeats a's runs (1.0-1.1) all beat b's (1.2-1.3); c missed the SLO in a repeat: decided
+    why = settled([_raced("a", [1.0, 1.1]), _raced("b", [1.2, 1.3]), _raced("c", [0.5, 0.6], worst_p99=0.03)])
+    assert why and "a met every SLO in every repeat" in why and "1 other setting(s) missed one" in why
+    assert settled([_raced("a", [1.0, 1.25]), _raced("b", [1.2, 1.3])]) is None  # overlapping runs: go on
+    assert settled([_raced("a", [1.0]), _raced("b", [2.0])]) is None  # one repeat shows no spread
+    # nothing met the SLO in every repeat: more repeats can move the closest one, never settled
+    assert settled([_raced("a", [1.0, 1.1], worst_p99=0.03), _raced("b", [2.0, 2.1], worst_p99=0.05)]) is None
+
+
+@pytest.mark.parametrize("race, runs", [(True, 2), (False, 4)])
+def test_the_confirmation_stops_after_the_repeat_that_decides_the_choice_unless_told_not_to_race(
+        monkeypatch, race, runs):
+    import mlxlab.core.runner as runner
+    import mlxlab.studies.tune.run as tune_run
+    from mlxlab.studies.tune.confirm import confirm_runs
+
+    calls, slos = [], [parse_slo("chat.itl_p99<=3x")]
+    solo = {"chat": _full_summary(0.01, 0.5)}
+
+    class _Run:  # a and the baseline steady, b always worse than a
+        def __init__(self, label):
+            self.summary = _full_summary(0.01, {"a": 0.5, "b": 0.8}.get(label, 2.0))
+
+    monkeypatch.setattr(tune_run, "_fresh", lambda: None)
+    monkeypatch.setattr(tune_run, "_executor", lambda model, s: s["label"])
+    monkeypatch.setattr(runner, "run_workload", lambda ex, wl: calls.append(ex) or _Run(ex))
+    settings = [{"label": k, "policy": p, "chunk_size": 64, "options": {}}
+                for k, p in (("a", "interleave"), ("b", "stall_free"), (BASELINE, BASELINE))]
+    row = lambda c, rs: tune_run._confirm_row(c, rs, ["batch", "chat"], slos, solo, "batch.ttft_p50")  # noqa: E731
+    measured, raced = confirm_runs(None, [], settings, repeats=4, row=row, race=race, progress=False,
+                                   say=lambda s: None)
+    assert {k: len(v) for k, v in measured.items()} == {"a": runs, "b": runs, BASELINE: runs} and len(calls) == 3 * runs
+    assert (raced is not None) == race and (not race or (raced["repeats"], raced["of"]) == (2, 4))
+    assert not race or "a met every SLO in every repeat" in raced["why"]

@@ -57,7 +57,11 @@ def register(sub: argparse._SubParsersAction) -> None:
                     help="what to minimize among the settings meeting the SLOs (default: batch.ttft_p50 where the "
                          "trace has a batch tenant, else all.ttft_p50)")
     tp.add_argument("--top-k", type=positive_int, default=3, help="simulated settings confirmed on the engine")
-    tp.add_argument("--repeats", type=positive_int, default=3, help="engine replays per confirmed setting (>= 2)")
+    tp.add_argument("--repeats", type=positive_int, default=3,
+                    help="engine replays per confirmed setting (>= 2): at most, as the confirmation stops once its "
+                         "repeats decide the choice; the sweep's, all of them")
+    tp.add_argument("--no-race", action="store_true",
+                    help="confirm every setting --repeats times even where fewer already decide the choice")
     tp.add_argument("--quick", action="store_true", help="a small profile and grid (CI, a first look)")
     tp.add_argument("--grid", choices=GRIDS, default="standard",
                     help="standard: 10-12 settings; wide: each policy's own knob varied too (chunk size, token budget, "
@@ -141,6 +145,7 @@ _STORED_DEFAULT = {"grid": "standard"}  # a file from before the parameter ran w
 def _parameters(args) -> dict:
     """The run's parameters as stored (the trace by its file name: no machine paths in results)."""
     params = {k: getattr(args, k) for k in _SAME[:-1] + ("repeats", "sweep", "time_budget_s", "seed", "cluster")}
+    params["race"] = not getattr(args, "no_race", False)
     if params["trace"]:
         params["trace"] = Path(args.trace).name
         sys.argv = [Path(a).name if a == args.trace else a for a in sys.argv]
@@ -257,7 +262,7 @@ def cli_tune(args: argparse.Namespace) -> int:
     say = lambda s: print(s, flush=True)  # noqa: E731
     common = dict(objective=args.objective, top_k=args.top_k, repeats=args.repeats, quick=args.quick,
                   reprofile=args.reprofile, baseline=not args.no_baseline, say=say, calibrate=not args.no_calibrate,
-                  scaled=args.output_scale, grid_name=args.grid)
+                  scaled=args.output_scale, grid_name=args.grid, race=not args.no_race)
     if args.cluster:
         with open_sweep(args.cluster) as cluster:
             doc = tune(model, arrivals, slos, mapper=cluster.mapper(timed=False, desc="tune: simulating"), **common)

@@ -11,9 +11,9 @@ confirmed on the engine.
    each setting against the SLOs and the objective, keep the Pareto frontier.
 4. **Confirm** the ``top_k`` best simulated settings (those meeting every SLO first; one of each group
    the simulation ran as one schedule, :func:`mlxlab.studies.tune.grid.same_schedule`) and mlx-lm's
-   ``BatchGenerator`` on the real engine, replaying the same trace ``repeats`` times, repeats
-   outermost, in an order shuffled per repeat (:func:`run_order`); the simulator's error on each is
-   kept beside it.
+   ``BatchGenerator`` on the real engine, replaying the same trace up to ``repeats`` times, repeats
+   outermost, in an order shuffled per repeat (:func:`run_order`), stopping once the repeats decide the
+   choice (a race, :func:`mlxlab.studies.tune.slo.settled`); the simulator's error on each is kept beside it.
 5. **Choose** (:func:`mlxlab.studies.tune.slo.choose`) and write a serve command.
 
 Runs serial (``overlap=False``) on the engine too, so the confirmation measures what was simulated.
@@ -33,11 +33,10 @@ from typing import Callable, Dict, List, Optional, Sequence
 
 from mlxlab.core.paths import data_dir
 from mlxlab.studies.tune.calibrate import REF, calibrate_from_solos
+from mlxlab.studies.tune.confirm import BASELINE, confirm_runs
 from mlxlab.studies.tune.grid import default_grid, make_grid, same_schedule  # noqa: F401 - default_grid: the API
 from mlxlab.studies.tune.slo import (SLO, check, choose, figure, objective_name, pareto, parse_objective, slo_table,
                                      solo_needed, support, worst_ratio)
-
-BASELINE = "mlx_lm.BatchGenerator"
 
 
 # ------------------------------------------------------------------------------ profile
@@ -160,6 +159,18 @@ def _more(sp: dict, scaled: Optional[Dict[str, float]]) -> str:
     return f"{ten}={sp.get('more', 1) * (scaled or {}).get(ten, 1):g}"
 
 
+def _confirm_row(c: dict, runs: List[dict], tenants: List[str], slos: Sequence[SLO], solos: dict,
+                 objective: str) -> dict:
+    """A confirmed setting's row from its engine runs: the median summary, the SLO checks of the medians
+    and of the worst repeat, the objective's median and range."""
+    med = _medians(runs, tenants + ["all"])
+    objs = [_objective(s, objective) for s in runs]
+    row = {**c, "summary": med, "checks": check(med, slos, solos), "checks_worst": _worst(runs, slos, solos),
+           "objective_s": statistics.median(objs), "objective_range_s": [min(objs), max(objs)], "repeats": len(runs)}
+    row["slo_ratio"] = worst_ratio(row["checks"])
+    return row
+
+
 def simulate_setting(point: dict) -> dict:
     """One grid setting on the simulator: the row ``tune`` keeps (its medians, SLO checks, worst
     ratio, whether it meets them, its objective). A module-level function of plain data, so a
@@ -181,7 +192,7 @@ def tune(model, arrivals: list, slos: Sequence[SLO], *, objective: Optional[str]
          grid: Optional[List[dict]] = None, top_k: int = 3, repeats: int = 3, quick: bool = False,
          reprofile: bool = False, cost_model=None, baseline: bool = True, progress: bool = True,
          say: Callable[[str], None] = print, mapper: Optional[Callable] = None, calibrate: bool = True,
-         scaled: Optional[Dict[str, float]] = None, grid_name: str = "standard") -> dict:
+         scaled: Optional[Dict[str, float]] = None, grid_name: str = "standard", race: bool = True) -> dict:
     """Tune ``model``'s serving settings for ``arrivals`` (a trace's
     :func:`mlxlab.core.traces.to_arrivals`) under ``slos``; returns the ``tune.json`` document
     (see the module docstring). ``cost_model``: use this one instead of the device profile.
@@ -191,7 +202,9 @@ def tune(model, arrivals: list, slos: Sequence[SLO], *, objective: Optional[str]
     (:mod:`mlxlab.studies.tune.calibrate`; the file keeps the fitted model and the calibration). ``scaled``:
     the ``--output-scale`` the arrivals already carry, for the hint where an SLO's figure is thin.
     ``grid_name``: :data:`mlxlab.studies.tune.grid.GRIDS` (where ``grid`` is not given; stored as
-    ``given`` where it is)."""
+    ``given`` where it is). ``race``: stop confirming after a repeat that decides the choice
+    (:func:`mlxlab.studies.tune.slo.settled`, from the second on; ``race`` in the document says when), so
+    ``repeats`` is a ceiling; False runs them all."""
     from mlxlab.core.runner import run_workload
     from mlxlab.sim.simulator import Simulator
 
@@ -275,28 +288,14 @@ def tune(model, arrivals: list, slos: Sequence[SLO], *, objective: Optional[str]
     confirm = [{k: r[k] for k in ("label", "policy", "chunk_size", "options")} for r in picked]
     if baseline:
         confirm.append({"label": BASELINE, "policy": BASELINE, "chunk_size": 2048, "options": {}})
-    measured: Dict[str, List[dict]] = {c["label"]: [] for c in confirm}
-    bar = _bar(repeats * len(confirm), "tune: confirming on the engine") if progress else None
-    for r in range(repeats):
-        for c in run_order(confirm, r, "shuffle"):
-            _fresh()
-            measured[c["label"]].append(run_workload(_executor(model, c), _workload(arrivals)).summary)
-            if bar is not None:
-                bar.update(1)
-    if bar is not None:
-        bar.close()
+    measured, raced = confirm_runs(model, arrivals, confirm, repeats=repeats, row=lambda c, runs: _confirm_row(
+        c, runs, tenants, slos, solos, objective), race=race, progress=progress, say=say)
     t_conf = time.perf_counter()
 
     sim_by = {r["label"]: r for r in sim_rows}
     rows = []
     for c in confirm:
-        runs = measured[c["label"]]
-        med = _medians(runs, tenants + ["all"])
-        objs = [_objective(s, objective) for s in runs]
-        row = {**c, "summary": med, "checks": check(med, slos, solos), "checks_worst": _worst(runs, slos, solos),
-               "objective_s": statistics.median(objs), "objective_range_s": [min(objs), max(objs)],
-               "repeats": len(runs)}
-        row["slo_ratio"] = worst_ratio(row["checks"])
+        row = _confirm_row(c, measured[c["label"]], tenants, slos, solos, objective)
         s = sim_by.get(c["label"])
         if s is not None:
             row["sim_objective_s"] = s["objective_s"]
@@ -317,7 +316,7 @@ def tune(model, arrivals: list, slos: Sequence[SLO], *, objective: Optional[str]
                         "cost_model": fitted.as_dict() if hasattr(fitted, "as_dict") else None},
             "calibration": calibration,
             "grid": sim_rows, "grid_name": grid_name, "same_schedule": same, "frontier": frontier, "confirmed": rows,
-            "choice": choice.as_dict(),
+            "choice": choice.as_dict(), "race": raced,
             "vs_mlx_lm": vs_mlx_lm, "wall_s": {"profile": t_prof - t0, "solo": t_solo - t_prof,
                                                "simulate": t_sim - t_solo, "confirm": t_conf - t_sim,
                                                "total": time.perf_counter() - t0},

@@ -157,6 +157,28 @@ def choose(rows: Sequence[dict]) -> Choice:
     return Choice(pick["label"], False, bind["slo"], why)
 
 
+def settled(rows: Sequence[dict], min_repeats: int = 2) -> Optional[str]:
+    """Why the confirmation's repeats so far already decide :func:`choose`'s pick, or None: after at
+    least ``min_repeats`` repeats of every row (``repeats``), the pick met every SLO in every repeat,
+    and every other setting either missed one in some repeat (it can never meet them in every repeat
+    again) or its objective over the repeats (``objective_range_s``) lies wholly above the pick's.
+    Where no setting met the SLOs in every repeat, more repeats can move the closest one: never
+    settled. Tune stops confirming there (a race, as configuration racing drops a candidate once its
+    runs separate it), so the repeats asked for are a ceiling."""
+    if not rows or min(int(r.get("repeats") or 0) for r in rows) < max(min_repeats, 2):
+        return None
+    pick = choose(rows)
+    me = next((r for r in rows if r["label"] == pick.label), None)
+    if me is None or not pick.meets or not all(c["met"] for c in me["checks_worst"]):
+        return None
+    firm = [r for r in rows if r is not me and all(c["met"] for c in r["checks_worst"])]
+    if any(not r["objective_range_s"][0] > me["objective_range_s"][1] for r in firm):
+        return None
+    return (f"after {min(int(r['repeats']) for r in rows)} repeats {pick.label} met every SLO in every repeat, "
+            f"{len(rows) - 1 - len(firm)} other setting(s) missed one in some repeat and every run of the "
+            f"{len(firm)} that did not had a worse objective than every run of {pick.label}")
+
+
 def objective_name(tenants: Sequence[str]) -> str:
     """The default objective: the batch tenant's TTFT p50 where there is one (its queueing is the
     throughput the chat's SLO costs), else every request's."""

@@ -1,0 +1,107 @@
+"""Racing tune's confirmation, replayed on stored sweeps: how many repeats the confirmation needs
+before its runs decide the choice, and what stopping there would have chosen.
+
+``mlxlab tune`` confirms its top-k settings (and mlx-lm's BatchGenerator) ``repeats`` times, and on
+every committed file that confirmation is most of tune's wall time (``wall_s.confirm``). A race
+(:func:`mlxlab.studies.tune.slo.settled`) stops once the repeats so far decide the pick: it met every
+SLO in every repeat, and every other candidate either missed one or ran worse in every repeat. This
+asks, with no device, what that rule would have done on each stored tune with a sweep: the sweep
+measured the same candidates on the same trace, so its first repeats stand in for the confirmation's
+(one engine, one trace, the order shuffled per repeat). Per file and ``--min-repeats``: the repeat the
+race stops at, its choice against the choice after every repeat, the choice's regret against the
+sweep's best (as ``mlx-tune-regret`` scores it) and the confirmation's wall time saved (the sweep's
+run times of the candidates' skipped repeats).
+
+Usage::
+
+    python -m probes.confirm_race_sim data/results/*/tune*.json --min-repeats 2 3
+
+Prints a table and writes ``confirm_race_sim.json`` to a new run folder
+(``data/results/<platform>/runs/<time>/``, ignored by git), or with ``--save`` to
+``data/results/sim-tune/`` (what the paper reads).
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import statistics
+import sys
+from pathlib import Path
+
+from probes import common
+
+
+def parse_args(argv=None):
+    p = argparse.ArgumentParser(prog="python -m probes.confirm_race_sim", description=__doc__,
+                                formatter_class=argparse.RawDescriptionHelpFormatter)
+    p.add_argument("tunes", nargs="+", help="tune.json files with a sweep (others are skipped, said so)")
+    p.add_argument("--min-repeats", type=int, nargs="+", default=[2], help="the race's first stopping point(s)")
+    p.add_argument("--save", action="store_true", help="write data/results/sim-tune/confirm_race_sim.json (committed)")
+    return common.parse(p, argv)
+
+
+def rows_after(doc: dict, labels: list, runs: dict, n: int) -> list:
+    """The confirmation's rows as tune builds them from each candidate's first ``n`` runs."""
+    from mlxlab.studies.tune.run import _confirm_row
+    from mlxlab.studies.tune.slo import parse_slo
+
+    slos = [parse_slo(s) for s in doc["slos"]]
+    return [_confirm_row({"label": lb}, runs[lb][:n], doc["tenants"], slos, doc["solo"], doc["objective"])
+            for lb in labels]
+
+
+def regret(doc: dict, label: str) -> float:
+    """``label``'s regret against the sweep's best, as :func:`mlxlab.studies.tune.verdict.evaluation` scores the choice."""
+    from mlxlab.studies.tune.verdict import evaluation
+
+    return evaluation({**doc, "choice": {"label": label}}).get("regret")
+
+
+def race(doc: dict, min_repeats: int) -> dict:
+    from mlxlab.studies.tune.slo import choose, settled
+
+    same = doc.get("same_schedule") or {}
+    sweep = doc["sweep"]
+    cands = [same.get(r["label"], r["label"]) for r in doc["confirmed"] if r["policy"] != "mlx_lm.BatchGenerator"]
+    total = min(int(doc["parameters"]["repeats"]), int(sweep["repeats"]))
+    runs, walls = sweep["runs"], sweep.get("run_wall_s") or {}
+    stop, why = total, None
+    for n in range(min_repeats, total + 1):
+        why = settled(rows_after(doc, cands, runs, n), min_repeats)
+        if why:
+            stop = n
+            break
+    pick, full = choose(rows_after(doc, cands, runs, stop)), choose(rows_after(doc, cands, runs, total))
+    per = [sum(walls.get(lb, [0] * total)[r] for lb in cands) for r in range(total)] if walls else []
+    return {"min_repeats": min_repeats, "repeats": total, "stopped_at": stop, "why": why, "choice": pick.label,
+            "choice_all_repeats": full.label, "regret": regret(doc, pick.label),
+            "regret_all_repeats": regret(doc, full.label),
+            "candidates_wall_s": sum(per) if per else None, "saved_wall_s": sum(per[stop:]) if per else None}
+
+
+def main(argv=None) -> int:
+    args = parse_args(argv)
+    out, plat = [], None
+    print(f"{'file':52s} {'min':>3s} {'stop':>4s}/{'R':<2s} {'choice':22s} {'all repeats':22s} {'regret':>7s} "
+          f"{'(all)':>7s} {'saved':>6s}")
+    for path in args.tunes:
+        doc = json.loads(Path(path).read_text())
+        sw = doc.get("sweep") or {}
+        if not sw.get("runs") or not sw.get("repeats") or "checks_worst" not in (doc.get("confirmed") or [{}])[0]:
+            print(f"{path}: no sweep runs or no per-repeat checks; skipped")
+            continue
+        plat = plat or (doc.get("environment") or {}).get("platform")
+        for m in args.min_repeats:
+            r = race(doc, m)
+            out.append({"tune": path, **r})
+            fr = f"{r['saved_wall_s'] / r['candidates_wall_s']:.0%}" if r["candidates_wall_s"] else "?"
+            rg = lambda v: "-" if v is None else f"{v:.1%}"  # noqa: E731
+            print(f"{path[-52:]:52s} {m:3d} {r['stopped_at']:4d}/{r['repeats']:<2d} {r['choice'] or '-':22s} "
+                  f"{r['choice_all_repeats'] or '-':22s} {rg(r['regret']):>7s} {rg(r['regret_all_repeats']):>7s} {fr:>6s}")
+    common.save_over_stored("confirm_race_sim", {"files": out}, "sim-tune" if args.save else plat, save=args.save)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
