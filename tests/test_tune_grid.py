@@ -4,7 +4,8 @@ import json
 
 import pytest
 
-from mlxlab.studies.tune.grid import GRIDS, default_grid, gate_thresholds, make_grid, same_schedule, wide_grid
+from mlxlab.studies.tune.grid import (GRIDS, WINDOWS_S, default_grid, full_grid, gate_thresholds, make_grid, same_schedule,
+                                     wide_grid)
 
 
 def test_the_wide_grid_varies_each_policys_own_knob_and_gates_only_below_the_longest_prompt():
@@ -29,11 +30,37 @@ def test_the_wide_grid_varies_each_policys_own_knob_and_gates_only_below_the_lon
         make_policy(g["policy"], **g["options"])
 
 
+def test_the_full_grid_crosses_every_policys_knobs_and_adds_the_decode_window_gate():
+    from mlxlab.engine.loop import Engine
+    from mlxlab.engine.models import load_model
+    from mlxlab.policies import make_policy
+
+    grid = full_grid(max_prompt=3000)
+    labels = [g["label"] for g in grid]
+    by = lambda p, g=grid: [s for s in g if s["policy"] == p]  # noqa: E731
+    assert len(labels) == len(set(labels))
+    wide = wide_grid(max_prompt=3000)
+    assert by("interleave") + by("stall_free") == by("interleave", wide) + by("stall_free", wide)
+    assert {(g["chunk_size"], g["options"]["itl_target_x"]) for g in by("slo")} == {
+        (c, x) for c in (1024, 2048, 4096) for x in (1.5, 2.0, 3.0, 4.0)}
+    assert {(g["chunk_size"], g["options"]["big_prompt_tokens"]) for g in by("admission_gate")} == {
+        (c, t) for c in (1024, 2048, 4096) for t in (1024, 2048)}
+    win = by("admission_gate_window")
+    assert {(g["chunk_size"], g["options"]["window_s"]) for g in win} == {(c, w) for c in (2048, 4096) for w in WINDOWS_S}
+    assert {g["options"]["big_prompt_tokens"] for g in win} == {1024}  # the smallest gate below the longest prompt
+    assert make_grid("full", max_prompt=3000) == grid and make_grid("full", quick=True) == default_grid(quick=True)
+    assert len(full_grid(max_prompt=750)) == 30  # the CPU's committed trace
+    for g in grid:  # every setting builds its policy, and the window gate runs on the engine as tune runs it
+        make_policy(g["policy"], **g["options"])
+    Engine(load_model("tiny", dtype="float32"), policy=win[0]["policy"], chunk_size=win[0]["chunk_size"], overlap=False,
+           **win[0]["options"])
+
+
 def test_make_grid_names_its_grids_and_refuses_another():
-    assert GRIDS == ("standard", "wide")
+    assert GRIDS == ("standard", "wide", "full")
     assert make_grid("standard", max_prompt=3000) == default_grid(max_prompt=3000)
     assert make_grid("wide", quick=True) == default_grid(quick=True)  # quick keeps the small grid
-    with pytest.raises(ValueError, match="unknown grid 'huge'; choose one of standard, wide"):
+    with pytest.raises(ValueError, match="unknown grid 'huge'; choose one of standard, wide, full"):
         make_grid("huge")
 
 

@@ -65,8 +65,9 @@ def register(sub: argparse._SubParsersAction) -> None:
     tp.add_argument("--quick", action="store_true", help="a small profile and grid (CI, a first look)")
     tp.add_argument("--grid", choices=GRIDS, default="standard",
                     help="standard: 10-12 settings; wide: each policy's own knob varied too (chunk size, token budget, "
-                         "slo's ITL target, the admission gate's threshold), 16-19 settings: simulated at almost no "
-                         "cost, confirmed at the same top-k")
+                         "slo's ITL target, the admission gate's threshold), 16-19 settings; full: every policy's knobs "
+                         "crossed, the decode-window gate too, 30-33: simulated at almost no cost, confirmed at the same "
+                         "top-k")
     tp.add_argument("--reprofile", action="store_true", help="measure the device profile again, not from the cache")
     tp.add_argument("--no-baseline", action="store_true", help="skip mlx-lm's BatchGenerator on the engine")
     tp.add_argument("--no-calibrate", action="store_true",

@@ -1,7 +1,8 @@
 """The settings ``mlxlab tune`` simulates, and which of them are one schedule on a given trace.
 
-Two grids. ``standard`` (:func:`default_grid`) is the one every committed tune file before
-2026-12-06 #15 ran: 10-12 settings. ``wide`` (:func:`wide_grid`) varies each policy's own knob as
+Three grids. ``standard`` (:func:`default_grid`) is the one every committed tune file before
+2026-12-06 #15 ran: 10-12 settings. ``full`` (:func:`full_grid`) crosses every knob of every policy
+tune runs, the decode-window gate among them. ``wide`` (:func:`wide_grid`) varies each policy's own knob as
 well: interleave's chunk size, stall_free's token budget, slo's ITL target and admission_gate's
 gate threshold beside its chunk size: 16-19 settings on the committed traces where the standard
 grid has 10-12. Simulating a setting costs a fraction of a second while running it on the engine
@@ -23,7 +24,7 @@ from __future__ import annotations
 import json
 from typing import Dict, List
 
-GRIDS = ("standard", "wide")
+GRIDS = ("standard", "wide", "full")
 
 
 def _fit(chunks: List[int], max_prompt: int) -> List[int]:
@@ -95,13 +96,38 @@ def wide_grid(max_prompt: int = 4096, packed: bool = True, shape_keyed: bool = F
     return grid
 
 
+#: the decode windows (s) the full grid holds open after a big prompt's chunk (``admission_gate_window``)
+WINDOWS_S = (0.1, 0.5)
+
+
+def full_grid(max_prompt: int = 4096, packed: bool = True, shape_keyed: bool = False) -> List[dict]:
+    """Every policy tune can run at the cross product of its knobs: the wide grid's interleave and
+    stall_free; slo at each of the three largest chunks and each ITL target; admission_gate at the three
+    largest chunks and each gate of :func:`gate_thresholds`; and ``admission_gate_window`` (the gate with
+    a decode window held open after each chunk of a big prompt, seed 001's third remedy) at the two
+    largest chunks, the smallest gate and each window of :data:`WINDOWS_S`. 30 settings on the CPU's
+    committed trace (prompts up to 750 tokens), 22 of them distinct schedules there (slo's chunk
+    cap changes nothing below its own choices): simulating costs tune under a second, an exhaustive
+    engine sweep a run per setting and repeat."""
+    fit = _fit([128, 256, 512, 1024, 2048, 4096], max_prompt)
+    gates = gate_thresholds(max_prompt)
+    grid = [g for g in wide_grid(max_prompt, packed, shape_keyed) if g["policy"] in ("interleave", "stall_free")]
+    grid += [{"label": f"slo-{c}-x{x:g}", "policy": "slo", "chunk_size": c,
+              "options": {**_slo_options(shape_keyed), "itl_target_x": x}} for c in fit[-3:] for x in (1.5, 2.0, 3.0, 4.0)]
+    grid += [{"label": f"admission_gate-{c}-gate{t}", "policy": "admission_gate", "chunk_size": c,
+              "options": {"big_prompt_tokens": t}} for c in fit[-3:] for t in gates]
+    grid += [{"label": f"admission_gate_window-{c}-w{w:g}", "policy": "admission_gate_window", "chunk_size": c,
+              "options": {"big_prompt_tokens": gates[0], "window_s": w}} for c in fit[-2:] for w in WINDOWS_S]
+    return grid
+
+
 def make_grid(name: str = "standard", quick: bool = False, max_prompt: int = 4096, packed: bool = True,
               shape_keyed: bool = False) -> List[dict]:
     """The grid called ``name`` (:data:`GRIDS`); ``quick`` keeps the standard grid's small one."""
     if name not in GRIDS:
         raise ValueError(f"unknown grid {name!r}; choose one of {', '.join(GRIDS)}")
-    if name == "wide" and not quick:
-        return wide_grid(max_prompt, packed=packed, shape_keyed=shape_keyed)
+    if name in ("wide", "full") and not quick:
+        return (wide_grid if name == "wide" else full_grid)(max_prompt, packed=packed, shape_keyed=shape_keyed)
     return default_grid(quick, max_prompt, packed=packed, shape_keyed=shape_keyed)
 
 
