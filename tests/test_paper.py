@@ -54,9 +54,10 @@ def test_every_figure_the_paper_references_exists(paper):
     tunes = [f for plat in ("h200", "h100") for f in (ROOT / "data" / "results" / plat).glob("tune_*.json")
              if not is_history(f.name)]
     assert all((ROOT / "paper" / "figures" / f"{f.stem}_{f.parent.name}.png").exists() for f in tunes)
-    # and one per CPU tune with the chat asking more tokens (tune_chat_x8_cpu) or the wide grid (tune_wide_cpu),
-    # drawn in its paragraph's loop
-    more = [f for pat in ("tune_*chat_x*.json", "tune*_wide.json") for f in (ROOT / "data" / "results" / "cpu").glob(pat)
+    # and one per CPU tune with the chat asking more tokens (tune_chat_x8_cpu), the wide grid (tune_wide_cpu) or the
+    # full one (tune_full_cpu), drawn in its paragraph's loop
+    more = [f for pat in ("tune_*chat_x*.json", "tune*_wide.json", "tune*_full.json")
+            for f in (ROOT / "data" / "results" / "cpu").glob(pat)
             if not is_history(f.name)]
     assert all((ROOT / "paper" / "figures" / f"{f.stem}_cpu.png").exists() for f in more)
     assert len(paper.figures) == len(set(names)) + len(gpu) + len(tunes) + len(more)

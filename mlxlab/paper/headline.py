@@ -122,7 +122,8 @@ def tune_markdown(results: Path) -> str:
         model = (doc.get("parameters") or {}).get("model", "?")
         more = "".join(f"; {t} asks x{_f(f)}" for t, f in sorted(((doc.get("parameters") or {}).get("output_scale")
                                                                or {}).items()))  # --output-scale
-        more += "; wide grid" if (doc.get("parameters") or {}).get("grid") == "wide" else ""
+        grid = (doc.get("parameters") or {}).get("grid")
+        more += f"; {grid} grid" if grid and grid != "standard" else ""
         lines.append(f"| {path.parent.name} | {model} | `{tr.get('path', '?')}` ({_f(tr.get('requests'))}{more}) | "
                      f"{', '.join(doc.get('slos') or [])} | {ch.get('label', '?')}"
                      f"{'' if ch.get('meets') else ' (meets no SLO set)'} | "

@@ -16,6 +16,9 @@ from mlxlab.notebook.labels import place_labels
 from mlxlab.notebook.plots import PALETTE, use_theme
 from mlxlab.studies.tune.run import BASELINE
 
+#: mlx-lm's BatchGenerator's colour in the tune charts (a policy takes the palette's other colours)
+MLX_LM_GREY = "#7f8c8d"
+
 use_theme()
 
 
@@ -78,8 +81,9 @@ def tune_chart(doc: Mapping, platform: str = "") -> alt.LayerChart:
               title="binding SLO: its figure over its bound (≤ 1 meets every SLO; log)")
     y = alt.Y("y:Q", scale=yscale, title=f"objective: {doc.get('objective', '?')} (ms{'; log' if ylog else ''})")
     policies = sorted(set(sim.get("policy", [])) | set(conf.get("policy", [])))
+    hues = [c for c in PALETTE if c != MLX_LM_GREY]  # the grey is mlx-lm's alone, however many policies come
     color = alt.Color("policy:N", scale=alt.Scale(domain=policies, range=[
-        "#7f8c8d" if p == "mlx-lm" else PALETTE[i % len(PALETTE)] for i, p in enumerate(policies)]), title="policy")
+        MLX_LM_GREY if p == "mlx-lm" else hues[i % len(hues)] for i, p in enumerate(policies)]), title="policy")
     region = alt.Chart(pd.DataFrame({"x0": [xdom[0]], "x1": [1.0]})).mark_rect(opacity=0.1, color=PALETTE[2]).encode(
         x=alt.X("x0:Q", scale=alt.Scale(type="log", domain=xdom, nice=False)), x2="x1:Q")
     edge = alt.Chart(pd.DataFrame({"x": [1.0]})).mark_rule(strokeDash=[4, 3], color="#2f6e4e").encode(x="x:Q")
