@@ -748,26 +748,18 @@ def test_the_race_settles_only_when_the_pick_met_the_slos_every_repeat_and_beat_
 
 
 @pytest.mark.parametrize("race, runs", [(True, 2), (False, 4)])
-def test_the_confirmation_stops_after_the_repeat_that_decides_the_choice_unless_told_not_to_race(
-        monkeypatch, race, runs):
-    import mlxlab.core.runner as runner
+def test_the_confirmation_stops_after_the_repeat_that_decides_the_choice_unless_told_not_to_race(race, runs):
     import mlxlab.studies.tune.run as tune_run
     from mlxlab.studies.tune.confirm import confirm_runs
 
     calls, slos = [], [parse_slo("chat.itl_p99<=3x")]
     solo = {"chat": _full_summary(0.01, 0.5)}
-
-    class _Run:  # a and the baseline steady, b always worse than a
-        def __init__(self, label):
-            self.summary = _full_summary(0.01, {"a": 0.5, "b": 0.8}.get(label, 2.0))
-
-    monkeypatch.setattr(tune_run, "_fresh", lambda: None)
-    monkeypatch.setattr(tune_run, "_executor", lambda model, s: s["label"])
-    monkeypatch.setattr(runner, "run_workload", lambda ex, wl: calls.append(ex) or _Run(ex))
+    # a and the baseline steady, b always worse than a
+    run_one = lambda s: calls.append(s["label"]) or _full_summary(0.01, {"a": 0.5, "b": 0.8}.get(s["label"], 2.0))  # noqa: E731
     settings = [{"label": k, "policy": p, "chunk_size": 64, "options": {}}
                 for k, p in (("a", "interleave"), ("b", "stall_free"), (BASELINE, BASELINE))]
     row = lambda c, rs: tune_run._confirm_row(c, rs, ["batch", "chat"], slos, solo, "batch.ttft_p50")  # noqa: E731
-    measured, raced = confirm_runs(None, [], settings, repeats=4, row=row, race=race, progress=False,
+    measured, raced = confirm_runs(settings, repeats=4, run_one=run_one, order=tune_run.run_order, row=row, race=race,
                                    say=lambda s: None)
     assert {k: len(v) for k, v in measured.items()} == {"a": runs, "b": runs, BASELINE: runs} and len(calls) == 3 * runs
     assert (raced is not None) == race and (not race or (raced["repeats"], raced["of"]) == (2, 4))

@@ -18,24 +18,24 @@ from typing import Callable, Dict, List, Optional, Sequence, Tuple
 BASELINE = "mlx_lm.BatchGenerator"
 
 
-def confirm_runs(model, arrivals: list, settings: Sequence[dict], *, repeats: int,
-                 row: Callable[[dict, List[dict]], dict], race: bool = True, progress: bool = True,
-                 say: Callable[[str], None] = print) -> Tuple[Dict[str, List[dict]], Optional[dict]]:
+def confirm_runs(settings: Sequence[dict], *, repeats: int, run_one: Callable[[dict], dict],
+                 order: Callable[[List[dict], int], List[dict]], row: Callable[[dict, List[dict]], dict],
+                 race: bool = True, bar=None, say: Callable[[str], None] = print
+                 ) -> Tuple[Dict[str, List[dict]], Optional[dict]]:
     """Each of ``settings`` (tune's rows: ``label``, ``policy``, ``chunk_size``, ``options``; the
-    baseline's policy :data:`BASELINE`) run on the engine up to ``repeats`` times. ``row(setting, runs)``:
-    the confirmed row of a setting's runs so far (what the race reads). Returns each label's run
-    summaries and, where the race stopped early, ``{"repeats", "of", "why"}`` (else None)."""
-    from mlxlab.core import runner
-    from mlxlab.studies.tune import run as tr
+    baseline's policy :data:`BASELINE`) run up to ``repeats`` times, repeats outermost. ``run_one(setting)``:
+    one fresh replay of the trace on the engine, its run summary; ``order(settings, r)``: the order repeat
+    ``r`` runs them in (:func:`mlxlab.studies.tune.run.run_order`); ``row(setting, runs)``: the confirmed row
+    of a setting's runs so far (what the race reads); ``bar``: a progress bar updated after each run.
+    Returns each label's run summaries and, where the race stopped early, ``{"repeats", "of", "why"}``
+    (else None)."""
     from mlxlab.studies.tune.slo import settled
 
     measured: Dict[str, List[dict]] = {c["label"]: [] for c in settings}
-    bar = tr._bar(repeats * len(settings), "tune: confirming on the engine") if progress else None
     raced = None
     for r in range(repeats):
-        for c in tr.run_order(settings, r, "shuffle"):
-            tr._fresh()
-            measured[c["label"]].append(runner.run_workload(tr._executor(model, c), tr._workload(arrivals)).summary)
+        for c in order(list(settings), r):
+            measured[c["label"]].append(run_one(c))
             if bar is not None:
                 bar.update(1)
         why = settled([row(c, measured[c["label"]]) for c in settings if c["policy"] != BASELINE]) \
@@ -44,6 +44,4 @@ def confirm_runs(model, arrivals: list, settings: Sequence[dict], *, repeats: in
             raced = {"repeats": r + 1, "of": repeats, "why": why}
             say(f"[tune] confirmation stopped: {why}")
             break
-    if bar is not None:
-        bar.close()
     return measured, raced

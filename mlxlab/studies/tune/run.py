@@ -288,8 +288,17 @@ def tune(model, arrivals: list, slos: Sequence[SLO], *, objective: Optional[str]
     confirm = [{k: r[k] for k in ("label", "policy", "chunk_size", "options")} for r in picked]
     if baseline:
         confirm.append({"label": BASELINE, "policy": BASELINE, "chunk_size": 2048, "options": {}})
-    measured, raced = confirm_runs(model, arrivals, confirm, repeats=repeats, row=lambda c, runs: _confirm_row(
-        c, runs, tenants, slos, solos, objective), race=race, progress=progress, say=say)
+
+    def run_one(c: dict) -> dict:
+        _fresh()
+        return run_workload(_executor(model, c), _workload(arrivals)).summary
+
+    bar = _bar(repeats * len(confirm), "tune: confirming on the engine") if progress else None
+    measured, raced = confirm_runs(confirm, repeats=repeats, run_one=run_one, order=run_order,
+                                   row=lambda c, runs: _confirm_row(c, runs, tenants, slos, solos, objective),
+                                   race=race, bar=bar, say=say)
+    if bar is not None:
+        bar.close()
     t_conf = time.perf_counter()
 
     sim_by = {r["label"]: r for r in sim_rows}
