@@ -165,8 +165,8 @@
 # 10 refused at once at 15 s) spent 1,516 s of the 1,800. Ready for the next calls: TUNE_TIME_SCALE (the Azure trace at 0.5: arrivals twice as dense, each
 # run ~12 s), the kernel cache brought back as $OUT/mlx-ptx.tar.xz (copy it to .mlxcuda/mlx-ptx.tar.xz: the next
 # fresh machine skips the ~85 s of NVRTC compiles), the profile's warm-up over every decode batch size (0decd22).
-# 12-07 (#17): no machine came again: 16 calls for an H200 (12) or an H100 (4) from 01:31 to 02:54 UTC, 8 of them failed
-# starts (90-180 s each) and 8 refused at once (15 s), spent 1,111 s of the 1,800. The plan below is unchanged; tune now
+# 12-07 (#17): no machine came again: 19 calls for an H200 (15) or an H100 (4) from 01:31 to 03:19 UTC, 10 of them failed
+# starts (90-180 s each) and 9 refused at once (15 s), spent 1,486 s of the 1,800. The plan below is unchanged; tune now
 # races its confirmation (--repeats a ceiling; H200 calls at TUNE_REPEATS=2 cannot stop early) and has --grid full
 # (TUNE_GRID=full: 30-33 settings; on the H200's traces ~3 calls a model at 2 repeats).
 #   next (H200), in this order: (a) the imported trace, one call a model at 2 repeats:
