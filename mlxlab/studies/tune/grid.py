@@ -104,7 +104,7 @@ def full_grid(max_prompt: int = 4096, packed: bool = True, shape_keyed: bool = F
     """Every policy tune can run at the cross product of its knobs: the wide grid's interleave and
     stall_free; slo at each of the three largest chunks and each ITL target; admission_gate at the three
     largest chunks and each gate of :func:`gate_thresholds`; and ``admission_gate_window`` (the gate with
-    a decode window held open after each chunk of a big prompt, seed 001's third remedy) at the two
+    a decode window held open after each chunk of a big prompt, as seed 001 describes its gate) at the two
     largest chunks, the smallest gate and each window of :data:`WINDOWS_S`. 30 settings on the CPU's
     committed trace (prompts up to 750 tokens), 22 of them distinct schedules there (slo's chunk
     cap changes nothing below its own choices): simulating costs tune under a second, an exhaustive

@@ -175,8 +175,8 @@ def settled(rows: Sequence[dict], min_repeats: int = 2) -> Optional[str]:
     if any(not r["objective_range_s"][0] > me["objective_range_s"][1] for r in firm):
         return None
     return (f"after {min(int(r['repeats']) for r in rows)} repeats {pick.label} met every SLO in every repeat, "
-            f"{len(rows) - 1 - len(firm)} other setting(s) missed one in some repeat and every run of the "
-            f"{len(firm)} that did not had a worse objective than every run of {pick.label}")
+            f"{len(rows) - 1 - len(firm)} other setting(s) missed one in some repeat, and every run of the "
+            f"{len(firm)} other(s) that met them all had a worse objective than every run of {pick.label}")
 
 
 def objective_name(tenants: Sequence[str]) -> str:
