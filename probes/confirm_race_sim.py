@@ -58,32 +58,51 @@ def regret(doc: dict, label: str) -> float:
     return evaluation({**doc, "choice": {"label": label}}).get("regret")
 
 
-def race(doc: dict, min_repeats: int) -> dict:
-    from mlxlab.studies.tune.slo import choose, settled
+def race(doc: dict, min_repeats: int, drop: bool = True) -> dict:
+    """The race on ``doc``'s sweep runs: stopping once settled and, with ``drop``, each setting that
+    :func:`mlxlab.studies.tune.slo.outrun` puts out sitting out the next repeat (as
+    :func:`mlxlab.studies.tune.confirm.confirm_runs` runs it)."""
+    from mlxlab.studies.tune.run import _confirm_row
+    from mlxlab.studies.tune.slo import choose, outrun, parse_slo, settled
 
     same = doc.get("same_schedule") or {}
     sweep = doc["sweep"]
     cands = [same.get(r["label"], r["label"]) for r in doc["confirmed"] if r["policy"] != "mlx_lm.BatchGenerator"]
     total = min(int(doc["parameters"]["repeats"]), int(sweep["repeats"]))
     runs, walls = sweep["runs"], sweep.get("run_wall_s") or {}
-    stop, why = total, None
-    for n in range(min_repeats, total + 1):
-        why = settled(rows_after(doc, cands, runs, n), min_repeats)
-        if why:
-            stop = n
+    slos = [parse_slo(s) for s in doc["slos"]]
+    ran = {lb: [] for lb in cands}  # the repeats (0-based) each candidate ran in
+
+    def rows():
+        return [_confirm_row({"label": lb}, [runs[lb][i] for i in ran[lb]], doc["tenants"], slos, doc["solo"],
+                             doc["objective"]) for lb in cands]
+
+    out, stop, why, skipped = {}, total, None, []
+    for n in range(total):
+        for lb in cands:
+            (skipped.append((lb, n)) if lb in out else ran[lb].append(n))
+        if n + 1 == total:
             break
-    pick, full = choose(rows_after(doc, cands, runs, stop)), choose(rows_after(doc, cands, runs, total))
-    per = [sum(walls.get(lb, [0] * total)[r] for lb in cands) for r in range(total)] if walls else []
-    return {"min_repeats": min_repeats, "repeats": total, "stopped_at": stop, "why": why, "choice": pick.label,
+        why = settled(rows(), min_repeats)
+        if why:
+            stop = n + 1
+            break
+        out = (outrun(rows(), min_repeats) or {}) if drop else {}
+    pick = choose(rows())
+    full = choose(rows_after(doc, cands, runs, total))
+    per = {(lb, r): walls[lb][r] for lb in cands for r in range(total)} if walls else {}
+    saved = (sum(per[k] for k in skipped) + sum(per[(lb, r)] for lb in cands for r in range(stop, total))) if per else None
+    return {"min_repeats": min_repeats, "drop": drop, "repeats": total, "stopped_at": stop, "why": why,
+            "sat_out": sorted({f"{lb}@{r + 1}" for lb, r in skipped}), "choice": pick.label,
             "choice_all_repeats": full.label, "regret": regret(doc, pick.label),
             "regret_all_repeats": regret(doc, full.label),
-            "candidates_wall_s": sum(per) if per else None, "saved_wall_s": sum(per[stop:]) if per else None}
+            "candidates_wall_s": sum(per.values()) if per else None, "saved_wall_s": saved}
 
 
 def main(argv=None) -> int:
     args = parse_args(argv)
     out, plat = [], None
-    print(f"{'file':52s} {'min':>3s} {'stop':>4s}/{'R':<2s} {'choice':22s} {'all repeats':22s} {'regret':>7s} "
+    print(f"{'file':52s} {'min':>3s} {'drop':>4s} {'stop':>4s}/{'R':<2s} {'choice':22s} {'all repeats':22s} {'regret':>7s} "
           f"{'(all)':>7s} {'saved':>6s}")
     for path in args.tunes:
         doc = json.loads(Path(path).read_text())
@@ -92,12 +111,12 @@ def main(argv=None) -> int:
             print(f"{path}: no sweep runs or no per-repeat checks; skipped")
             continue
         plat = plat or (doc.get("environment") or {}).get("platform")
-        for m in args.min_repeats:
-            r = race(doc, m)
+        for m, drop in [(m, d) for m in args.min_repeats for d in (False, True)]:
+            r = race(doc, m, drop)
             out.append({"tune": path, **r})
             fr = f"{r['saved_wall_s'] / r['candidates_wall_s']:.0%}" if r["candidates_wall_s"] else "?"
             rg = lambda v: "-" if v is None else f"{v:.1%}"  # noqa: E731
-            print(f"{path[-52:]:52s} {m:3d} {r['stopped_at']:4d}/{r['repeats']:<2d} {r['choice'] or '-':22s} "
+            print(f"{path[-52:]:52s} {m:3d} {'yes' if drop else 'no':>4s} {r['stopped_at']:4d}/{r['repeats']:<2d} {r['choice'] or '-':22s} "
                   f"{r['choice_all_repeats'] or '-':22s} {rg(r['regret']):>7s} {rg(r['regret_all_repeats']):>7s} {fr:>6s}")
     common.save_over_stored("confirm_race_sim", {"files": out}, "sim-tune" if args.save else plat, save=args.save)
     return 0

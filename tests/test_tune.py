@@ -741,6 +741,14 @@ def test_the_race_settles_only_when_the_pick_met_the_slos_every_repeat_and_beat_
     # after two repeats a's runs (1.0-1.1) all beat b's (1.2-1.3); c missed the SLO in a repeat: decided
     why = settled([_raced("a", [1.0, 1.1]), _raced("b", [1.2, 1.3]), _raced("c", [0.5, 0.6], worst_p99=0.03)])
     assert why and "a met every SLO in every repeat" in why and "1 other setting(s) missed one" in why
+    from mlxlab.studies.tune.slo import outrun
+
+    # before it is decided, each setting the repeats put out is named: c missed; b overlaps a, so it stays in
+    out = outrun([_raced("a", [1.0, 1.25]), _raced("b", [1.2, 1.3]), _raced("c", [0.5, 0.6], worst_p99=0.03)])
+    assert list(out) == ["c"] and "missed" in out["c"]
+    assert list(outrun([_raced("a", [1.0, 1.1], worst_p99=0.03), _raced("b", [2.0, 2.1])])) == ["a"]  # b the pick
+    # the pick missed in a repeat: more repeats can move it, so none is out
+    assert outrun([_raced("a", [1.0, 1.1], worst_p99=0.03), _raced("b", [2.0, 2.1], worst_p99=0.05)]) is None
     assert settled([_raced("a", [1.0, 1.25]), _raced("b", [1.2, 1.3])]) is None  # overlapping runs: go on
     assert settled([_raced("a", [1.0]), _raced("b", [2.0])]) is None  # one repeat shows no spread
     # nothing met the SLO in every repeat: more repeats can move the closest one, never settled
@@ -764,3 +772,36 @@ def test_the_confirmation_stops_after_the_repeat_that_decides_the_choice_unless_
     assert {k: len(v) for k, v in measured.items()} == {"a": runs, "b": runs, BASELINE: runs} and len(calls) == 3 * runs
     assert (raced is not None) == race and (not race or (raced["repeats"], raced["of"]) == (2, 4))
     assert not race or "a met every SLO in every repeat" in raced["why"]
+
+
+def test_a_setting_the_repeats_put_out_sits_out_the_next_and_runs_again_once_the_pick_misses():
+    import mlxlab.studies.tune.run as tune_run
+    from mlxlab.studies.tune.confirm import confirm_runs
+
+    slos, solo = [parse_slo("chat.itl_p99<=3x")], {"chat": _full_summary(0.01, 0.5)}
+    ok, miss = 0.01, 0.05  # the chat's ITL p99 against a 30 ms bound
+    # a and b meet the SLO in repeats 1-2 with overlapping objectives and both miss it in repeat 3;
+    # c has the best objective but misses in its first repeat
+    plan = {"a": [(ok, 0.5), (ok, 0.7), (miss, 0.5), (ok, 0.5)], "b": [(ok, 0.6), (ok, 0.6), (miss, 0.6), (ok, 0.6)],
+            "c": [(miss, 0.4), (ok, 0.4), (ok, 0.4), (ok, 0.4)], BASELINE: [(ok, 2.0)] * 4}
+    calls, said = [], []
+
+    def run_one(s):
+        calls.append(s["label"])
+        return _full_summary(*plan[s["label"]][calls.count(s["label"]) - 1])
+
+    settings = [{"label": k, "policy": "interleave" if k != BASELINE else BASELINE, "chunk_size": 64, "options": {}}
+                for k in plan]
+    row = lambda c, rs: tune_run._confirm_row(c, rs, ["batch", "chat"], slos, solo, "batch.ttft_p50")  # noqa: E731
+    measured, raced = confirm_runs(settings, repeats=4, run_one=run_one, order=tune_run.run_order, row=row,
+                                   say=said.append)
+    # c missed while a met every SLO in every repeat: it sat out repeat 3; a and b missed there, so it ran in 4
+    assert {k: len(v) for k, v in measured.items()} == {"a": 4, "b": 4, "c": 3, BASELINE: 4}
+    assert raced["why"] is None and raced["repeats"] == 4 and list(raced["sat_out"]) == ["c"]
+    assert raced["sat_out"]["c"]["repeats"] == [3] and "missed chat.itl_p99<=3x" in raced["sat_out"]["c"]["why"]
+    assert any("c sits out" in s for s in said) and any("c runs again" in s for s in said)
+    # without the race every setting runs every repeat
+    calls.clear()
+    measured, raced = confirm_runs(settings, repeats=4, run_one=run_one, order=tune_run.run_order, row=row,
+                                   race=False, say=said.append)
+    assert {len(v) for v in measured.values()} == {4} and raced is None

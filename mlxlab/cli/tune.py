@@ -58,8 +58,8 @@ def register(sub: argparse._SubParsersAction) -> None:
                          "trace has a batch tenant, else all.ttft_p50)")
     tp.add_argument("--top-k", type=positive_int, default=3, help="simulated settings confirmed on the engine")
     tp.add_argument("--repeats", type=positive_int, default=3,
-                    help="engine replays per confirmed setting (>= 2): at most, as the confirmation stops once its "
-                         "repeats decide the choice; the sweep's, all of them")
+                    help="engine replays per confirmed setting (>= 2): at most, as a setting its repeats put out of the "
+                         "choice sits out the next and the confirmation stops once they decide it; the sweep's, all")
     tp.add_argument("--no-race", action="store_true",
                     help="confirm every setting --repeats times even where fewer already decide the choice")
     tp.add_argument("--quick", action="store_true", help="a small profile and grid (CI, a first look)")

@@ -1,14 +1,16 @@
 """Tune's confirmation on the engine: the simulation's top settings and mlx-lm's ``BatchGenerator``
 replayed on the trace, repeats outermost, in an order shuffled per repeat, as a race.
 
-A race (as configuration racing drops a candidate once its runs separate it from the best) stops
-after a repeat whose runs already decide the choice (:func:`mlxlab.studies.tune.slo.settled`: from the
-second repeat, the pick met every SLO in every repeat and every other setting either missed one or
-ran worse in every repeat), so the repeats asked for are a ceiling. Replayed on the 17 tunes stored
-with a sweep before it, their sweeps' runs standing in for the confirmation's
-(``probes/confirm_race_sim.py``, ``data/results/sim-tune/confirm_race_sim.json``), it chose what all
-the repeats chose in every file and stopped early in 4 of them; in the others the candidates' runs
-overlapped to the last repeat, none met the SLOs in every repeat, or only two repeats were asked.
+A race, as configuration racing does, drops a candidate once its runs separate it from the best:
+from the second repeat on, where the pick has met every SLO in every repeat, a setting that missed one
+in some repeat or ran worse than the pick in every repeat (:func:`mlxlab.studies.tune.slo.outrun`) sits
+out the next repeat; it runs again if the pick misses later. The confirmation stops after a repeat
+whose runs decide the choice (:func:`mlxlab.studies.tune.slo.settled`: every other setting out), so the
+repeats asked for are a ceiling. ``BatchGenerator``, the reference every ratio is taken against, runs in
+every repeat the confirmation runs. Replayed on the 17 tunes stored with a sweep before it, their
+sweeps' runs standing in for the confirmation's (``probes/confirm_race_sim.py``,
+``data/results/sim-tune/confirm_race_sim.json``), stopping alone chose what all the repeats chose in
+every file and stopped early in 4 of them; the probe's ``drops`` rows give what dropping adds.
 """
 
 from __future__ import annotations
@@ -27,21 +29,39 @@ def confirm_runs(settings: Sequence[dict], *, repeats: int, run_one: Callable[[d
     one fresh replay of the trace on the engine, its run summary; ``order(settings, r)``: the order repeat
     ``r`` runs them in (:func:`mlxlab.studies.tune.run.run_order`); ``row(setting, runs)``: the confirmed row
     of a setting's runs so far (what the race reads); ``bar``: a progress bar updated after each run.
-    Returns each label's run summaries and, where the race stopped early, ``{"repeats", "of", "why"}``
-    (else None)."""
-    from mlxlab.studies.tune.slo import settled
+    Returns each label's run summaries and, where the race dropped a setting from a repeat or stopped
+    early, ``{"repeats", "of", "why", "sat_out"}`` (``why``: None where it did not stop; ``sat_out``: label ->
+    the repeats, 1-based, it sat out and why the last time), else None."""
+    from mlxlab.studies.tune.slo import outrun, settled
 
     measured: Dict[str, List[dict]] = {c["label"]: [] for c in settings}
-    raced = None
+    out: Dict[str, str] = {}
+    sat_out: Dict[str, dict] = {}
+    why, done = None, 0
     for r in range(repeats):
-        for c in order(list(settings), r):
+        for c in order([c for c in settings if c["label"] not in out], r):
             measured[c["label"]].append(run_one(c))
             if bar is not None:
                 bar.update(1)
-        why = settled([row(c, measured[c["label"]]) for c in settings if c["policy"] != BASELINE]) \
-            if race and r + 1 < repeats else None
+        for lb, reason in out.items():
+            sat_out.setdefault(lb, {"repeats": [], "why": reason})["repeats"].append(r + 1)
+            sat_out[lb]["why"] = reason
+        done = r + 1
+        if not race or done == repeats:
+            continue
+        rows = [row(c, measured[c["label"]]) for c in settings if c["policy"] != BASELINE]
+        why = settled(rows)
         if why:
-            raced = {"repeats": r + 1, "of": repeats, "why": why}
             say(f"[tune] confirmation stopped: {why}")
             break
+        now = outrun(rows) or {}
+        for lb in sorted(set(now) - set(out)):
+            say(f"[tune] {lb} sits out the next repeat: {now[lb]}")
+        for lb in sorted(set(out) - set(now)):
+            say(f"[tune] {lb} runs again: the pick missed an SLO or changed")
+        out = now
+    if bar is not None and bar.n < bar.total:  # it counted every run of every repeat asked for
+        bar.total = bar.n
+        bar.refresh()
+    raced = {"repeats": done, "of": repeats, "why": why, "sat_out": sat_out} if why or sat_out else None
     return measured, raced

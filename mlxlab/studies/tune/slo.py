@@ -157,26 +157,46 @@ def choose(rows: Sequence[dict]) -> Choice:
     return Choice(pick["label"], False, bind["slo"], why)
 
 
-def settled(rows: Sequence[dict], min_repeats: int = 2) -> Optional[str]:
-    """Why the confirmation's repeats so far already decide :func:`choose`'s pick, or None: after at
-    least ``min_repeats`` repeats of every row (``repeats``), the pick met every SLO in every repeat,
-    and every other setting either missed one in some repeat (it can never meet them in every repeat
-    again) or its objective over the repeats (``objective_range_s``) lies wholly above the pick's.
-    Where no setting met the SLOs in every repeat, more repeats can move the closest one: never
-    settled. Tune stops confirming there (a race, as configuration racing drops a candidate once its
-    runs separate it), so the repeats asked for are a ceiling."""
+def outrun(rows: Sequence[dict], min_repeats: int = 2) -> Optional[Dict[str, str]]:
+    """The settings the confirmation's repeats so far have put out of the choice, each with why: after
+    at least ``min_repeats`` repeats of every row (``repeats``), where :func:`choose`'s pick met every SLO
+    in every repeat, each other setting that missed one in some repeat (it can never meet them in every
+    repeat again) or whose objective over the repeats (``objective_range_s``) lies wholly above the
+    pick's. None where the pick missed an SLO in some repeat (more repeats can move it) or too few repeats ran.
+    Racing (configuration racing drops a candidate once its runs separate it from the best) runs
+    only the others in the repeats after (:func:`mlxlab.studies.tune.confirm.confirm_runs`)."""
     if not rows or min(int(r.get("repeats") or 0) for r in rows) < max(min_repeats, 2):
         return None
     pick = choose(rows)
     me = next((r for r in rows if r["label"] == pick.label), None)
     if me is None or not pick.meets or not all(c["met"] for c in me["checks_worst"]):
         return None
-    firm = [r for r in rows if r is not me and all(c["met"] for c in r["checks_worst"])]
-    if any(not r["objective_range_s"][0] > me["objective_range_s"][1] for r in firm):
+    out = {}
+    for r in rows:
+        if r is me:
+            continue
+        miss = [c["slo"] for c in r["checks_worst"] if not c["met"]]
+        if miss:
+            out[r["label"]] = f"missed {miss[0]} in a repeat, where {pick.label} met every SLO in every repeat"
+        elif r["objective_range_s"][0] > me["objective_range_s"][1]:
+            out[r["label"]] = f"every run's objective worse than every run of {pick.label}"
+    return out
+
+
+def settled(rows: Sequence[dict], min_repeats: int = 2) -> Optional[str]:
+    """Why the confirmation's repeats so far already decide :func:`choose`'s pick, or None: every
+    setting but the pick is :func:`outrun` (the pick met every SLO in every repeat, and every other
+    either missed one in some repeat or ran worse in every repeat). Where no setting met the SLOs in
+    every repeat, more repeats can move the closest one: never settled. Tune stops confirming there,
+    so the repeats asked for are a ceiling."""
+    out = outrun(rows, min_repeats)
+    if out is None or len(out) < len(rows) - 1:
         return None
-    return (f"after {min(int(r['repeats']) for r in rows)} repeats {pick.label} met every SLO in every repeat, "
-            f"{len(rows) - 1 - len(firm)} other setting(s) missed one in some repeat, and every run of the "
-            f"{len(firm)} other(s) that met them all had a worse objective than every run of {pick.label}")
+    pick = next(r["label"] for r in rows if r["label"] not in out)
+    missed = sum(why.startswith("missed") for why in out.values())
+    return (f"after {min(int(r['repeats']) for r in rows)} repeats {pick} met every SLO in every repeat, "
+            f"{missed} other setting(s) missed one in some repeat, and every run of the "
+            f"{len(out) - missed} other(s) that met them all had a worse objective than every run of {pick}")
 
 
 def objective_name(tenants: Sequence[str]) -> str:
