@@ -167,6 +167,25 @@ def test_regret_rank_and_speed_are_decided_from_the_stored_sweep():
     assert kendall_tau([1, 2], [1, 2]) is None  # too few pairs to rank
 
 
+def test_a_choice_that_missed_an_slo_in_a_sweep_repeat_is_no_regret_pass_however_good_its_objective():
+    """cpu/tune_full.json (2026-12-07): the race stopped after 2 repeats on the decode-window gate, which
+    then met the chat's SLO in 4 of the sweep's 5 repeats at a better objective than every setting that
+    met it in all 5: a negative regret against settings it is not among."""
+    sim = {"a": (1.0, 0.5), "b": (2.0, 0.7), "c": (3.0, 0.9), "d": (4.0, 1.5)}
+    meas = {"a": (0.9, 0.6, [0.8, 1.0]), "b": (2.1, 0.8, [2.0, 2.2]), "c": (3.2, 0.95, [3.1, 3.3]),
+            "d": (4.1, 1.6, [4.0, 4.2])}
+    d = _doc(sim, meas)
+    d["sweep"]["rows"][0]["meets_worst"] = False  # a met the SLO at the median, not in every repeat
+    v = {r["claim"]: r for r in tune_verdicts(d)}["mlx-tune-regret"]
+    m = v["measured"]
+    assert m["best"] == "b" and m["regret"] < 0 and m["choice_in_pool"] is False
+    assert v["verdict"] == "inconclusive" and "outside those settings" in v["rule"]
+    d["sweep"]["rows"][0].update(meets=False, slo_ratio=1.2)  # missed it at the median too
+    assert {r["claim"]: r for r in tune_verdicts(d)}["mlx-tune-regret"]["verdict"] == "not reproduced"
+    # chosen among them, as before
+    assert {r["claim"]: r for r in tune_verdicts(_doc(sim, meas))}["mlx-tune-regret"]["verdict"] == "reproduced"
+
+
 def test_where_no_setting_meets_the_slo_a_regret_within_the_repeats_spread_of_the_ratio_is_inconclusive():
     """Regret is then on the binding SLO's ratio (medians over the sweep's repeats); above the target,
     inconclusive where the two settings' ratios over the whole repeats (each run scored alone) overlap,

@@ -153,6 +153,10 @@ def evaluation(doc: Mapping) -> dict:
     if best and mine and best[key] > 0:
         out["regret"] = mine[key] / best[key] - 1.0
         out["choice_meets"] = bool(mine.get("meets"))
+        # among the settings the regret is taken over (on the objective: those that met the SLOs in every
+        # repeat, else at the median); one outside them missed an SLO where they did not, whatever its objective
+        out["choice_in_pool"] = mine in pool
+        out["choice_meets_worst"] = bool(mine.get("meets_worst"))
         if feasible:
             out["choice_range_s"], out["best_range_s"] = mine["objective_range_s"], best["objective_range_s"]
         else:  # the binding SLO's ratio over the sweep's whole repeats, each run scored alone
@@ -214,7 +218,10 @@ def tune_verdicts(doc: Mapping) -> List[Dict]:
             f"repeats, less 1 (where no setting met the SLOs, the same on the binding SLO's ratio, which tune then "
             f"brings closest to its bound). Reproduced at most {REGRET_MAX:.0%}; inconclusive above it while the two "
             f"settings' ranges over the repeats overlap on that metric (the objective, or the SLO ratio of each "
-            f"whole repeat's run scored alone: the sweep cannot tell them apart); not reproduced otherwise.")
+            f"whole repeat's run scored alone: the sweep cannot tell them apart); not reproduced otherwise. "
+            f"SLO-meeting: met every SLO in every repeat of the sweep where any setting did, else at the median. A "
+            f"choice outside those settings is not within 5% of them whatever its objective: inconclusive where it "
+            f"met the SLOs at the median but not in every repeat (the repeats disagree on it), else not reproduced.")
     if e.get("regret") is None:
         out.append(verdict("mlx-tune-regret", "not measured", measured=e, rule=rule, fairness=fair))
     else:
@@ -222,6 +229,8 @@ def tune_verdicts(doc: Mapping) -> List[Dict]:
                       else (e.get("choice_ratio_range"), e.get("best_ratio_range")))
         overlap = bool(mine and best and mine[0] <= best[1] and best[0] <= mine[1])
         v = "reproduced" if e["regret"] <= REGRET_MAX else "inconclusive" if overlap else "not reproduced"
+        if not e.get("choice_in_pool", True):
+            v = "inconclusive" if e.get("choice_meets") and not e.get("choice_meets_worst") else "not reproduced"
         out.append(verdict("mlx-tune-regret", v, measured={**e, "within_noise": v == "inconclusive"}, rule=rule,
                            fairness=fair))
     taus = [t for t in (e["tau_objective"], e["tau_slo"]) if t is not None]
