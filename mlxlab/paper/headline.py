@@ -128,7 +128,9 @@ def tune_markdown(results: Path) -> str:
                      f"{', '.join(doc.get('slos') or [])} | {ch.get('label', '?')}"
                      f"{'' if ch.get('meets') else ' (meets no SLO set)'} | "
                      f"{_f((doc.get('vs_mlx_lm') or {}).get('objective_x'), 'x')} ({doc.get('objective', '?')}) | "
-                     f"{_f(reg.get('regret'), 'fpct', 1)} | {_verdict(doc, 'mlx-tune-regret')} |")
+                     f"{_f(reg.get('regret'), 'fpct', 1)}"
+                     f"{' (the choice missed an SLO in a sweep repeat)' if reg.get('choice_in_pool') is False else ''} | "
+                     f"{_verdict(doc, 'mlx-tune-regret')} |")
     return ("**The tuner** (`mlxlab tune`): the setting it chose for a trace, confirmed on the engine beside "
             f"`BatchGenerator`, from {', '.join(_rel(p, results) for p in files)}.\n\n" + "\n".join(lines))
 

@@ -67,18 +67,22 @@ def discordant(sim: List[float], meas: List[float], ranges: List[Optional[List[f
     return out
 
 
-def ratio_range(doc: Mapping, label: str) -> Optional[List[float]]:
+def repeat_ratios(doc: Mapping, label: str) -> List[float]:
     """The binding SLO's ratio of each of ``label``'s whole sweep repeats (its stored runs scored
-    against the stored SLOs and solo figures), as ``[min, max]``; None without runs or SLOs."""
+    against the stored SLOs and solo figures), in repeat order; empty without runs or SLOs."""
     from mlxlab.studies.tune.slo import check, parse_slo, worst_ratio
 
     sweep = doc.get("sweep") or {}
     runs = ((sweep.get("runs") or {}).get(label) or [])[:sweep.get("repeats") or 0]
     if not runs or not doc.get("slos"):
-        return None
+        return []
     slos = [parse_slo(t) for t in doc["slos"]]
-    vals = [worst_ratio(check(run, slos, doc.get("solo") or {})) for run in runs]
-    vals = [v for v in vals if _finite(v)]
+    return [v for v in (worst_ratio(check(run, slos, doc.get("solo") or {})) for run in runs) if _finite(v)]
+
+
+def ratio_range(doc: Mapping, label: str) -> Optional[List[float]]:
+    """:func:`repeat_ratios` as ``[min, max]``; None without runs or SLOs."""
+    vals = repeat_ratios(doc, label)
     return [min(vals), max(vals)] if vals else None
 
 
@@ -157,6 +161,8 @@ def evaluation(doc: Mapping) -> dict:
         # repeat, else at the median); one outside them missed an SLO where they did not, whatever its objective
         out["choice_in_pool"] = mine in pool
         out["choice_meets_worst"] = bool(mine.get("meets_worst"))
+        if mine not in pool:  # how often it missed: each whole repeat's run scored alone
+            out["choice_repeat_ratios"] = repeat_ratios(doc, label)
         if feasible:
             out["choice_range_s"], out["best_range_s"] = mine["objective_range_s"], best["objective_range_s"]
         else:  # the binding SLO's ratio over the sweep's whole repeats, each run scored alone
