@@ -169,6 +169,15 @@
 # starts (90-180 s each) and 9 refused at once (15 s), spent 1,486 s of the 1,800. The plan below is unchanged; tune now
 # races its confirmation (--repeats a ceiling; H200 calls at TUNE_REPEATS=2 cannot stop early) and has --grid full
 # (TUNE_GRID=full: 30-33 settings; on the H200's traces ~3 calls a model at 2 repeats).
+# 12-07 (#18): asked for an H200 from 03:59 UTC; after 8 failed or refused tries (~600 s) an H100 came at 04:32 (kept
+# warm, 4 calls, 1,766 s of 1,800 spent): at 7c79beb the imported trace (TUNE_TRACE=azure TUNE_TIME_SCALE=0.5
+# TUNE_REPEATS=2) on llama-3.2-1b, fresh (530 s: profile 125 s, solo 26 s, confirmation 117 s, 16 of 18 sweep runs)
+# and resumed (63 s, the other 2): h100/tune_azure_llama-3.2-1b.json, interleave-4096, regret 0.0%, tau 0.56/0.83,
+# speed 1.09x (a fresh machine measures the profile); then coder-1.5b fresh (408 s: 12 of 18 sweep runs) and resumed
+# (91 s with the 138 s left: 3 more): h100/tune_azure_qwen2.5-coder-1.5b.json at 15 of 18 runs.
+#   next (any card): finish coder's azure sweep on an H100 (3 runs, ~90 s with a warm-up run and the model load):
+#      TUNE_TRACE=azure TUNE_TIME_SCALE=0.5 TUNE_REPEATS=2 T_TUNE=200 TUNE_MODEL=qwen2.5-coder-1.5b (no TUNE_FRESH: it
+#      resumes data/results/h100/tune_azure_qwen2.5-coder-1.5b.json); on an H200 the plan below, (a) first.
 #   next (H200), in this order: (a) the imported trace, one call a model at 2 repeats:
 #      TUNE_TRACE=azure TUNE_TIME_SCALE=0.5 TUNE_REPEATS=2 TUNE_FRESH=1 T_TUNE=550 TUNE_MODEL=llama-3.2-1b (~500 s, an
 #      estimate: profile ~100 s on a fresh machine, solo and confirmation ~120 s, 22 sweep runs of ~12 s), then
