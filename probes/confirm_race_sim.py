@@ -80,7 +80,10 @@ def race(doc: dict, min_repeats: int, drop: bool = True) -> dict:
     out, stop, why, skipped = {}, total, None, []
     for n in range(total):
         for lb in cands:
-            (skipped.append((lb, n)) if lb in out else ran[lb].append(n))
+            if lb in out:
+                skipped.append((lb, n))
+            else:
+                ran[lb].append(n)
         if n + 1 == total:
             break
         why = settled(rows(), min_repeats)

@@ -7,10 +7,11 @@ in some repeat or ran worse than the pick in every repeat (:func:`mlxlab.studies
 out the next repeat; it runs again if the pick misses later. The confirmation stops after a repeat
 whose runs decide the choice (:func:`mlxlab.studies.tune.slo.settled`: every other setting out), so the
 repeats asked for are a ceiling. ``BatchGenerator``, the reference every ratio is taken against, runs in
-every repeat the confirmation runs. Replayed on the 17 tunes stored with a sweep before it, their
+every repeat the confirmation runs. Replayed on the 18 tunes stored with a sweep before it, their
 sweeps' runs standing in for the confirmation's (``probes/confirm_race_sim.py``,
-``data/results/sim-tune/confirm_race_sim.json``), stopping alone chose what all the repeats chose in
-every file and stopped early in 4 of them; the probe's ``drops`` rows give what dropping adds.
+``data/results/sim-tune/confirm_race_sim.json``), the race chose what all the repeats chose in every
+file, with and without candidates sitting out; stopping alone ended early in 4 of them, and a
+candidate sat out a repeat in 5.
 """
 
 from __future__ import annotations
