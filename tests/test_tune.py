@@ -819,6 +819,11 @@ def test_a_setting_the_repeats_put_out_sits_out_the_next_and_runs_again_once_the
     assert raced["why"] is None and raced["repeats"] == 4 and list(raced["sat_out"]) == ["c"]
     assert raced["sat_out"]["c"]["repeats"] == [3] and "missed chat.itl_p99<=3x" in raced["sat_out"]["c"]["why"]
     assert any("c sits out" in s for s in said) and any("c runs again" in s for s in said)
+    from mlxlab.studies.tune.confirm import race_text
+
+    # what tune and notebook 09 print of it
+    assert race_text(raced).startswith("the confirmation ran 4 of 4 repeats; c sat out repeat 3 (missed chat.itl_p99")
+    assert race_text(None) == ""
     # without the race every setting runs every repeat
     calls.clear()
     measured, raced = confirm_runs(settings, repeats=4, run_one=run_one, order=tune_run.run_order, row=row,

@@ -241,6 +241,7 @@ def cli_tune(args: argparse.Namespace) -> int:
     from mlxlab.core.environment import platform_name
     from mlxlab.core.results import run_folder, save_results
     from mlxlab.engine.models import load_model
+    from mlxlab.studies.tune.confirm import race_text
     from mlxlab.studies.tune.run import serve_command, sweep, tune
     from mlxlab.studies.tune.slo import parse_slo
     from mlxlab.studies.tune.verdict import tune_verdicts
@@ -288,7 +289,10 @@ def cli_tune(args: argparse.Namespace) -> int:
           f": {ch['why']}")
     for r in doc["confirmed"]:
         print(f"  {r['label']:24s} objective {r['objective_s'] * 1e3:9.1f} ms  worst SLO ratio {r['slo_ratio']:.2f}"
+              f"  {r.get('repeats', '?')} repeats"
               + (f"  (simulated {r['sim_objective_s'] * 1e3:.1f} ms)" if "sim_objective_s" in r else ""))
+    if race_text(doc.get("race")):
+        print(f"[tune] {race_text(doc.get('race'))}")
     cmd = serve_command(doc, args.model, args.bits, args.dtype, config=str(path))
     if cmd:
         print(f"serve it:\n  {cmd}")

@@ -44,6 +44,7 @@ from mlxlab.core.presets import model_limits
 from mlxlab.core.traces import read_trace, scale_trace, to_arrivals
 from mlxlab.notebook import nb, plots
 from mlxlab.studies.tune import charts as TC
+from mlxlab.studies.tune.confirm import race_text
 from mlxlab.studies.tune.run import serve_command, sweep as tune_sweep, tune
 from mlxlab.studies.tune.slo import parse_slo
 from mlxlab.studies.tune.verdict import tune_verdicts
@@ -73,9 +74,10 @@ doc["parameters"] = {"model": model_name}
 if sweep:
     doc["sweep"] = tune_sweep(model, arrivals, doc, repeats=repeats or (2 if quick else 3))
 print(doc["choice"]["why"])
+print(race_text(doc.get("race")) or "the confirmation ran every repeat")
 print(serve_command(doc, model_name, bits=bits, dtype=dtype) or "no setting to serve")
-pd.DataFrame([{"setting": r["label"], "objective_ms": r["objective_s"] * 1e3, "worst_slo_ratio": r["slo_ratio"],
-               "simulated_objective_ms": r.get("sim_objective_s", float("nan")) * 1e3}
+pd.DataFrame([{"setting": r["label"], "repeats": r["repeats"], "objective_ms": r["objective_s"] * 1e3,
+               "worst_slo_ratio": r["slo_ratio"], "simulated_objective_ms": r.get("sim_objective_s", float("nan")) * 1e3}
               for r in doc["confirmed"]]).round(2)
 
 # %% [markdown]

@@ -66,3 +66,15 @@ def confirm_runs(settings: Sequence[dict], *, repeats: int, run_one: Callable[[d
         bar.refresh()
     raced = {"repeats": done, "of": repeats, "why": why, "sat_out": sat_out} if why or sat_out else None
     return measured, raced
+
+
+def race_text(raced: Optional[dict]) -> str:
+    """One line on what the race did (``tune.json``'s ``race``: :func:`confirm_runs`' second value), or ""
+    where it ran every repeat with every candidate."""
+    if not raced:
+        return ""
+    parts = [f"the confirmation ran {raced['repeats']} of {raced['of']} repeats"
+             + (f" (stopped: {raced['why']})" if raced.get("why") else "")]
+    parts += [f"{label} sat out repeat{'s' if len(s['repeats']) > 1 else ''} {', '.join(map(str, s['repeats']))} "
+              f"({s['why']})" for label, s in (raced.get("sat_out") or {}).items()]
+    return "; ".join(parts)
