@@ -12,6 +12,12 @@ race stops at, its choice against the choice after every repeat, the choice's re
 sweep's best (as ``mlx-tune-regret`` scores it) and the confirmation's wall time saved (the sweep's
 run times of the candidates' skipped repeats).
 
+Whether waiting longer before stopping buys a safer pick: over the files whose sweep ran ``--late``
+(5) repeats or more, per ``k`` below it, the settings that met every SLO in each of their first ``k``
+repeats, and how many of them then missed one in the last repeat, or in any run after the ``k``-th
+(``later_misses``). A miss rate that falls with ``k`` says more repeats before stopping would catch
+such misses; one that does not says they are not foretold by the repeats before them.
+
 Usage::
 
     python -m probes.confirm_race_sim data/results/*/tune*.json --min-repeats 2 3
@@ -37,6 +43,7 @@ def parse_args(argv=None):
                                 formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("tunes", nargs="+", help="tune.json files with a sweep (others are skipped, said so)")
     p.add_argument("--min-repeats", type=int, nargs="+", default=[2], help="the race's first stopping point(s)")
+    p.add_argument("--late", type=int, default=5, help="the sweep repeats a file needs for later_misses (its last is the one looked at)")
     p.add_argument("--save", action="store_true", help="write data/results/sim-tune/confirm_race_sim.json (committed)")
     return common.parse(p, argv)
 
@@ -102,9 +109,41 @@ def race(doc: dict, min_repeats: int, drop: bool = True) -> dict:
             "candidates_wall_s": sum(per.values()) if per else None, "saved_wall_s": saved}
 
 
+def met_by_repeat(doc: dict) -> dict:
+    """Per swept setting, whether each of its sweep runs met every SLO (as tune checks one repeat)."""
+    from mlxlab.studies.tune.run import _confirm_row
+    from mlxlab.studies.tune.slo import parse_slo
+
+    slos = [parse_slo(s) for s in doc["slos"]]
+    return {lb: [all(c["met"] for c in _confirm_row({"label": lb}, [run], doc["tenants"], slos, doc["solo"],
+                                                      doc["objective"])["checks"]) for run in runs]
+            for lb, runs in doc["sweep"]["runs"].items()}
+
+
+def later_misses(docs: dict, late: int) -> list:
+    """Per ``k`` below ``late``: over ``docs`` (path: tune) whose sweep holds ``late`` runs of a setting,
+    the settings that met every SLO in each of their first ``k`` runs (``met``); those of them that missed
+    one in run ``late`` (``missed``, with the files and labels in ``which``); and over their runs
+    ``k + 1`` to ``late``, how many there were (``later_runs``) and how many missed (``later_run_misses``)."""
+    out = []
+    for k in range(1, late):
+        met, missed, runs, misses = 0, [], 0, 0
+        for path, doc in docs.items():
+            for lb, ok in met_by_repeat(doc).items():
+                if len(ok) >= late and all(ok[:k]):
+                    met += 1
+                    runs += late - k
+                    misses += sum(not m for m in ok[k:late])
+                    if not ok[late - 1]:
+                        missed.append(f"{path}:{lb}")
+        out.append({"k": k, "late": late, "met": met, "missed": len(missed), "which": missed,
+                    "later_runs": runs, "later_run_misses": misses})
+    return out
+
+
 def main(argv=None) -> int:
     args = parse_args(argv)
-    out, plat = [], None
+    out, plat, swept = [], None, {}
     print(f"{'file':52s} {'min':>3s} {'drop':>4s} {'stop':>4s}/{'R':<2s} {'choice':22s} {'all repeats':22s} {'regret':>7s} "
           f"{'(all)':>7s} {'saved':>6s}")
     for path in args.tunes:
@@ -114,6 +153,7 @@ def main(argv=None) -> int:
             print(f"{path}: no sweep runs or no per-repeat checks; skipped")
             continue
         plat = plat or (doc.get("environment") or {}).get("platform")
+        swept[path] = doc
         for m, drop in [(m, d) for m in args.min_repeats for d in (False, True)]:
             r = race(doc, m, drop)
             out.append({"tune": path, **r})
@@ -121,7 +161,13 @@ def main(argv=None) -> int:
             rg = lambda v: "-" if v is None else f"{v:.1%}"  # noqa: E731
             print(f"{path[-52:]:52s} {m:3d} {'yes' if drop else 'no':>4s} {r['stopped_at']:4d}/{r['repeats']:<2d} {r['choice'] or '-':22s} "
                   f"{r['choice_all_repeats'] or '-':22s} {rg(r['regret']):>7s} {rg(r['regret_all_repeats']):>7s} {fr:>6s}")
-    common.save_over_stored("confirm_race_sim", {"files": out}, "sim-tune" if args.save else plat, save=args.save)
+    late = later_misses(swept, args.late)
+    for row in late:
+        print(f"met the SLOs in each of the first {row['k']} repeats: {row['met']} settings; "
+              f"missed one in repeat {row['late']}: {row['missed']}; in repeats {row['k'] + 1}-{row['late']}: "
+              f"{row['later_run_misses']} of their {row['later_runs']} runs")
+    common.save_over_stored("confirm_race_sim", {"parameters": {"tunes": args.tunes, "min_repeats": args.min_repeats, "late": args.late},
+                                                  "files": out, "later_misses": late}, "sim-tune" if args.save else plat, save=args.save)
     return 0
 
 

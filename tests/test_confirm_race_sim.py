@@ -27,3 +27,17 @@ def test_a_candidate_that_missed_sits_out_the_later_repeats_only_when_dropping()
     assert dropped["sat_out"] == ["c@3", "c@4"] and dropped["saved_wall_s"] == 20.0
     assert dropped["candidates_wall_s"] == 120.0
     assert dropped["choice"] == kept["choice"] == dropped["choice_all_repeats"] == "a"
+
+
+def test_later_misses_counts_the_settings_that_met_the_first_k_repeats_and_missed_after():
+    from probes.confirm_race_sim import later_misses
+
+    doc = _doc()  # c missed its first run; now b misses its last
+    doc["sweep"]["runs"]["b"][3] = _full_summary(MISS, 0.6)
+    rows = {r["k"]: r for r in later_misses({"t.json": doc}, 4)}
+    # c missed its first run, so it never counts as having met its first k; b did and missed the 4th
+    assert [rows[k]["met"] for k in (1, 2, 3)] == [2, 2, 2]
+    assert all(rows[k]["missed"] == 1 and rows[k]["which"] == ["t.json:b"] for k in (1, 2, 3))
+    assert [(rows[k]["later_runs"], rows[k]["later_run_misses"]) for k in (1, 2, 3)] == [(6, 1), (4, 1), (2, 1)]
+    assert later_misses({"t.json": doc}, 5) == [{"k": k, "late": 5, "met": 0, "missed": 0, "which": [],
+                                                 "later_runs": 0, "later_run_misses": 0} for k in range(1, 5)]
