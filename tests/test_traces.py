@@ -153,3 +153,15 @@ def test_serve_record_writes_a_line_per_finished_request_that_read_trace_takes(t
     assert "x" * 20 not in path.read_text()  # hashes, never the text
     t = read_trace(path)
     assert t.format == "mlxlab" and t.tenants() == {"chat": 1, "batch": 1} and t.requests[0].arrival_s == 0.0
+
+
+def test_a_bare_trace_name_reads_the_committed_sample_and_a_missing_one_lists_them(tmp_path, monkeypatch):
+    from mlxlab.core.traces import samples_dir
+
+    monkeypatch.chdir(tmp_path)  # the stored command lines name the sample alone; they rerun from any folder
+    full = samples_dir() / "seed001_scene_tiny.jsonl"
+    assert read_trace("seed001_scene_tiny.jsonl").requests == read_trace(full).requests
+    with pytest.raises(TraceError, match="nor a committed sample.*seed001_scene_tiny.jsonl"):
+        read_trace("no_such_trace.jsonl")
+    with pytest.raises(TraceError, match="no such file$"):  # a path with a folder is never looked up
+        read_trace("elsewhere/seed001_scene_tiny.jsonl")

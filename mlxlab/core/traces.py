@@ -249,6 +249,28 @@ def _read_azure(path: Path, tenant: str) -> List[Tuple[int, float, TraceRequest]
     return out
 
 
+def samples_dir() -> Path:
+    """The committed trace samples (``data/traces/samples``)."""
+    from mlxlab.core.paths import data_dir
+
+    return data_dir() / "traces" / "samples"
+
+
+def find_trace(path: Union[str, os.PathLike]) -> Path:
+    """``path`` where it is a file, else, for a bare file name, the committed sample of that name
+    (results store a trace by its name: their command lines rerun from any folder); else
+    :class:`TraceError`."""
+    p = Path(path)
+    if p.is_file():
+        return p
+    sample = samples_dir() / p.name
+    if p.name == str(path) and sample.is_file():
+        return sample
+    have = ", ".join(sorted(q.name for q in samples_dir().glob("*") if q.suffix in (".jsonl", ".csv")))
+    raise TraceError(p, None, "no such file" + (f" (nor a committed sample of that name; the samples: {have})"
+                                                if p.name == str(path) and have else ""))
+
+
 def read_trace(path: Union[str, os.PathLike], format: str = "auto", *, max_context: Optional[int] = None,
                tenant: str = "trace", split_tokens: Optional[int] = None) -> Trace:
     """Read and check a trace (see the module docstring for the formats; ``auto`` tells them apart
@@ -259,9 +281,7 @@ def read_trace(path: Union[str, os.PathLike], format: str = "auto", *, max_conte
     seed-001 mix, where the public formats name no tenant). A recorded request is replayed asking
     for the tokens it produced (what it cost as served; a random-weight model never stops early);
     one asking for 0 tokens is replayed asking for 1 (counted in ``notes``)."""
-    p = Path(path)
-    if not p.is_file():
-        raise TraceError(p, None, "no such file")
+    p = find_trace(path)
     fmt = _sniff(p) if format == "auto" else format
     if fmt not in FORMATS:
         raise ValueError(f"unknown trace format {format!r}; choose one of auto, {', '.join(FORMATS)}")
