@@ -829,3 +829,12 @@ def test_a_setting_the_repeats_put_out_sits_out_the_next_and_runs_again_once_the
     measured, raced = confirm_runs(settings, repeats=4, run_one=run_one, order=tune_run.run_order, row=row,
                                    race=False, say=said.append)
     assert {len(v) for v in measured.values()} == {4} and raced is None
+    # c, out after repeat 2 (worse in every run), sits out repeat 3; b misses there, so the race stops: the reason counts the
+    # repeats the confirmation ran (3), not the fewest any setting ran (cpu/tune_wide.json said "after 2")
+    plan.update({"a": [(ok, 0.5), (ok, 0.5), (ok, 0.5)], "b": [(ok, 0.5), (ok, 0.7), (miss, 0.6)],
+                 "c": [(ok, 0.9), (ok, 0.9), (ok, 0.9)]})
+    calls.clear()
+    measured, raced = confirm_runs(settings, repeats=5, run_one=run_one, order=tune_run.run_order, row=row,
+                                   say=said.append)
+    assert {k: len(v) for k, v in measured.items()} == {"a": 3, "b": 3, "c": 2, BASELINE: 3}
+    assert raced["repeats"] == 3 and raced["why"].startswith("after 3 repeats a met every SLO")

@@ -194,7 +194,7 @@ def settled(rows: Sequence[dict], min_repeats: int = 2) -> Optional[str]:
         return None
     pick = next(r["label"] for r in rows if r["label"] not in out)
     missed = sum(why.startswith("missed") for why in out.values())
-    return (f"after {min(int(r['repeats']) for r in rows)} repeats {pick} met every SLO in every repeat, "
+    return (f"after {max(int(r['repeats']) for r in rows)} repeats {pick} met every SLO in every repeat, "
             f"{missed} other setting(s) missed one in some repeat, and every run of the "
             f"{len(out) - missed} other(s) that met them all had a worse objective than every run of {pick}")
 
