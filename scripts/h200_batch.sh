@@ -175,6 +175,8 @@
 # and resumed (63 s, the other 2): h100/tune_azure_llama-3.2-1b.json, interleave-4096, regret 0.0%, tau 0.56/0.83,
 # speed 1.09x (a fresh machine measures the profile); then coder-1.5b fresh (408 s: 12 of 18 sweep runs) and resumed
 # (91 s with the 138 s left: 3 more): h100/tune_azure_qwen2.5-coder-1.5b.json at 15 of 18 runs.
+# 12-07 (#19): no machine came: from 06:13 to 07:34 UTC 17 calls for an H200 (2 for an H100), about 13 of them failed
+# starts (90-105 s each) and the rest refused at once (15 s), spent ~1,490 s of the 1,800. The plan below is unchanged.
 #   next (any card): finish coder's azure sweep on an H100 (3 runs, ~90 s with a warm-up run and the model load):
 #      TUNE_TRACE=azure TUNE_TIME_SCALE=0.5 TUNE_REPEATS=2 T_TUNE=200 TUNE_MODEL=qwen2.5-coder-1.5b (no TUNE_FRESH: it
 #      resumes data/results/h100/tune_azure_qwen2.5-coder-1.5b.json); on an H200 the plan below, (a) first.
