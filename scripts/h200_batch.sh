@@ -175,8 +175,11 @@
 # and resumed (63 s, the other 2): h100/tune_azure_llama-3.2-1b.json, interleave-4096, regret 0.0%, tau 0.56/0.83,
 # speed 1.09x (a fresh machine measures the profile); then coder-1.5b fresh (408 s: 12 of 18 sweep runs) and resumed
 # (91 s with the 138 s left: 3 more): h100/tune_azure_qwen2.5-coder-1.5b.json at 15 of 18 runs.
-# 12-07 (#19): no machine came: from 06:13 to 07:34 UTC 17 calls for an H200 (2 for an H100), about 13 of them failed
-# starts (90-105 s each) and the rest refused at once (15 s), spent ~1,490 s of the 1,800. The plan below is unchanged.
+# 12-07 (#19): from 06:13 to 07:42 UTC 19 calls for an H200 (2 for an H100), 14 of them failed starts (90-105 s each)
+# and 4 refused at once (15 s); the last, at 07:42 with 314 s left, got an H100 at 7ce486e: the coder azure resume
+# (168 s wall) spent 139 s warming a cold process (NVRTC compiles) and ran none of its 3 runs (file unchanged, not
+# committed). Its kernel cache is now committed as scripts/mlx-ptx.tar.xz (unpacked on any fresh machine). The plan
+# below is unchanged.
 #   next (any card): finish coder's azure sweep on an H100 (3 runs, ~90 s with a warm-up run and the model load):
 #      TUNE_TRACE=azure TUNE_TIME_SCALE=0.5 TUNE_REPEATS=2 T_TUNE=200 TUNE_MODEL=qwen2.5-coder-1.5b (no TUNE_FRESH: it
 #      resumes data/results/h100/tune_azure_qwen2.5-coder-1.5b.json); on an H200 the plan below, (a) first.
@@ -296,11 +299,15 @@ fi
 # mlx's CUDA backend compiles each kernel variant with NVRTC on its first use and keeps the result under
 # TMPDIR/mlx/VERSION/ptx: on a fresh machine that took ~85 s of the first profile's warm-up (2026-12-06,
 # coder-1.5b; 3 s on a machine that had run a model before). A call brings that folder back as
-# $OUT/mlx-ptx.tar.xz; carried as .mlxcuda/mlx-ptx.tar.xz, it is unpacked where mlx looks before anything
-# runs. No MLX_* variable changes, so results keep their provenance; cuDNN's per-shape attention graphs
-# are still built in each process (they are not in that folder).
+# $OUT/mlx-ptx.tar.xz; carried as .mlxcuda/mlx-ptx.tar.xz, or committed as scripts/mlx-ptx.tar.xz (a new
+# session's machine has no .mlxcuda of the last one: on 2026-12-07 a resume call's warm-up run took 139 s on a
+# fresh H100 and left no time for its 3 runs), it is unpacked where mlx looks before anything runs; kernels of
+# another mlx version sit under their own version's folder and are not used. Copy each call's cache over the
+# committed one. No MLX_* variable changes, so results keep their provenance; cuDNN's per-shape attention
+# graphs are still built in each process (they are not in that folder).
 TMPD=$(python3 -c 'import tempfile; print(tempfile.gettempdir())')
-if [ -f .mlxcuda/mlx-ptx.tar.xz ] && [ ! -d "$TMPD/mlx" ]; then tar xJf .mlxcuda/mlx-ptx.tar.xz -C "$TMPD" || true; fi
+PTX=.mlxcuda/mlx-ptx.tar.xz; [ -f "$PTX" ] || PTX=scripts/mlx-ptx.tar.xz
+if [ -f "$PTX" ] && [ ! -d "$TMPD/mlx" ]; then tar xJf "$PTX" -C "$TMPD" || true; fi
 PY="env PYTHONPATH=.mlxcuda/site:. MLXLAB_PLATFORM=$PLAT PYTHONUNBUFFERED=1 python3"
 M="--model qwen2.5-coder-1.5b --bits 4"
 case "$part" in
