@@ -125,11 +125,11 @@ def later_misses(docs: dict, late: int) -> list:
     the settings that met every SLO in each of their first ``k`` runs (``met``); those of them that missed
     one in run ``late`` (``missed``, with the files and labels in ``which``); and over their runs
     ``k + 1`` to ``late``, how many there were (``later_runs``) and how many missed (``later_run_misses``)."""
-    out = []
+    out, met_by = [], {path: met_by_repeat(doc) for path, doc in docs.items()}
     for k in range(1, late):
         met, missed, runs, misses = 0, [], 0, 0
-        for path, doc in docs.items():
-            for lb, ok in met_by_repeat(doc).items():
+        for path, by in met_by.items():
+            for lb, ok in by.items():
                 if len(ok) >= late and all(ok[:k]):
                     met += 1
                     runs += late - k

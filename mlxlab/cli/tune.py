@@ -36,8 +36,8 @@ def register(sub: argparse._SubParsersAction) -> None:
                         description=TUNE_HELP)
     add_model_arguments(tp, default="small")
     src = tp.add_mutually_exclusive_group(required=True)
-    src.add_argument("--trace", default=None, metavar="FILE", help="a recorded, Mooncake or Azure trace (a path, or the name of a committed sample in "
-                          "data/traces/samples)")
+    src.add_argument("--trace", default=None, metavar="FILE",
+                     help="a recorded, Mooncake or Azure trace (a path, or the name of a committed sample in data/traces/samples)")
     src.add_argument("--workload", default=None, metavar="PRESET",
                      help="a workload preset instead (chat-solo, chat+batch, seed-001), at --scale")
     tp.add_argument("--trace-format", default="auto", help="auto, mlxlab, mooncake or azure")
