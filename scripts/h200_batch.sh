@@ -180,9 +180,16 @@
 # (168 s wall) spent 139 s warming a cold process (NVRTC compiles) and ran none of its 3 runs (file unchanged, not
 # committed). Its kernel cache is now committed as scripts/mlx-ptx.tar.xz (unpacked on any fresh machine). The plan
 # below is unchanged.
-#   next (any card): finish coder's azure sweep on an H100 (3 runs, ~90 s with a warm-up run and the model load):
-#      TUNE_TRACE=azure TUNE_TIME_SCALE=0.5 TUNE_REPEATS=2 T_TUNE=200 TUNE_MODEL=qwen2.5-coder-1.5b (no TUNE_FRESH: it
-#      resumes data/results/h100/tune_azure_qwen2.5-coder-1.5b.json); on an H200 the plan below, (a) first.
+# 12-07 (#20): an H100 came at once (08:21 UTC) and stayed warm: six calls at 8d57a87, 1,679 s of 1,800: coder azure resumed
+# (97 s wall: its last 3 runs, a 21 s warm-up with the committed kernel cache against 139 s cold), coder chat x4 fresh (539 s:
+# tune 235 s, 15 of 22 sweep runs) and resumed (156 s), a third sweep repeat for coder chat x4 (218 s), llama chat x4 (198 s)
+# and both azure files (318 s + 47 s): h100/tune_azure_{qwen2.5-coder-1.5b,llama-3.2-1b}.json and the _chat_x4 pair now hold
+# 3-repeat sweeps (the chat x4 tunes' confirmations stayed at 2). Found: coder chat x4's confirmation ran each stall_free
+# candidate once 1.19-1.45x above every sweep run (and once below them), on the H200 file too (probes/confirm_cold.py):
+# tune now warms each candidate up once before confirming on such a device (--warm-up auto) and keeps each run's ratio.
+#   next (any card): coder chat x4 again with the confirmation warmed up (rename h100/tune_qwen2.5-coder-1.5b_chat_x4.json
+#      to *_before_warm_up.json, then TUNE_FRESH=1 TUNE_CHAT_SCALE=4 TUNE_REPEATS=2 T_TUNE=560 and a resume): whether the
+#      choice then meets the SLO the sweep says stall_free-512 meets; on an H200 the plan below, (a) first.
 #   next (H200), in this order: (a) the imported trace, one call a model at 2 repeats:
 #      TUNE_TRACE=azure TUNE_TIME_SCALE=0.5 TUNE_REPEATS=2 TUNE_FRESH=1 T_TUNE=550 TUNE_MODEL=llama-3.2-1b (~500 s, an
 #      estimate: profile ~100 s on a fresh machine, solo and confirmation ~120 s, 22 sweep runs of ~12 s), then

@@ -363,7 +363,7 @@ def test_mlxlab_tune_on_a_trace_ends_with_a_choice_a_serve_line_and_its_files(tm
     env = {**os.environ, "MLXLAB_DATA": str(data)}
     cmd = [sys.executable, "-m", "mlxlab.cli", "tune", "--model", "tiny", "--dtype", "float32", "--trace", str(trace),
            "--split-tokens", "100", "--length-scale", "0.5", "--output-scale", "chat=2", "--slo", "chat.itl_p99<=3x",
-           "--quick", "--repeats", "2",
+           "--quick", "--repeats", "2", "--warm-up", "on",
            "--top-k", "1", "--platform", "scratch"]
     out = subprocess.run(cmd, capture_output=True, text=True, timeout=600, env=env, cwd=tmp_path)
     assert out.returncode == 0, out.stderr[-3000:]
@@ -383,6 +383,11 @@ def test_mlxlab_tune_on_a_trace_ends_with_a_choice_a_serve_line_and_its_files(tm
     assert cal["cost_model"]["coef"] != doc["profile"]["cost_model"]["coef"] and "decode cost calibrated" in out.stdout
     assert len(doc["grid"]) == len(default_grid(True, 150)) and doc["frontier"] and doc["grid_name"] == "standard"
     assert {r["label"] for r in doc["confirmed"]} >= {BASELINE} and doc["choice"]["label"] != BASELINE
+    # --warm-up on: each confirmed setting ran once first, not kept; each kept run's SLO ratio, in order
+    assert set(doc["confirm_warm_up"]["runs_s"]) == {r["label"] for r in doc["confirmed"]}
+    assert all(len(r["repeat_ratios"]) == r["repeats"] and max(r["repeat_ratios"]) == pytest.approx(
+        max(c["ratio"] for c in r["checks_worst"])) for r in doc["confirmed"]) and doc["parameters"]["warm_up"] == "on"
+    assert "warmed the process up with one run of each" in out.stdout
     assert doc["solo"]["chat"] and doc["profile"]["cached"] is False and (path.parent / "tune.png").is_file()
     # the chat's solo runs are timed apart from the simulation (they are engine runs, not simulated ones)
     w = doc["wall_s"]
@@ -791,6 +796,25 @@ def test_the_confirmation_stops_after_the_repeat_that_decides_the_choice_unless_
     assert {k: len(v) for k, v in measured.items()} == {"a": runs, "b": runs, BASELINE: runs} and len(calls) == 3 * runs
     assert (raced is not None) == race and (not race or (raced["repeats"], raced["of"]) == (2, 4))
     assert not race or "a met every SLO in every repeat" in raced["why"]
+
+
+def test_the_confirmation_warms_up_each_setting_once_in_the_first_repeats_order_on_a_shape_keyed_device(monkeypatch):
+    """On mlx's CUDA backend with cuDNN attention a process's first run of a setting pays a graph per new
+    attention shape (coder-1.5b's confirmation ran each stall_free candidate once 1.2-1.5x above all its
+    sweep runs): tune then runs each confirmed setting once before the confirmation and keeps none of
+    those runs; on the CPU it does not, unless told; told off, it never does."""
+    import mlxlab.engine.fused as fused
+    import mlxlab.studies.tune.run as tune_run
+    from mlxlab.studies.tune.confirm import wants_warm_up, warm_runs
+
+    assert wants_warm_up() is False and wants_warm_up(True) is True  # this machine: the CPU
+    monkeypatch.setattr(fused, "cold_keying", lambda: ("shape", 256, "cuDNN"))
+    assert wants_warm_up() is True and wants_warm_up(False) is False
+    calls = []
+    settings = [{"label": k, "policy": "interleave", "chunk_size": 64, "options": {}} for k in ("a", "b", "c")]
+    out = warm_runs(settings, run_one=lambda s: calls.append(s["label"]), order=tune_run.run_order, say=lambda s: None)
+    assert calls == [s["label"] for s in tune_run.run_order(settings, 0)] and sorted(calls) == ["a", "b", "c"]
+    assert set(out["runs_s"]) == {"a", "b", "c"} and out["wall_s"] == pytest.approx(sum(out["runs_s"].values()))
 
 
 def test_a_setting_the_repeats_put_out_sits_out_the_next_and_runs_again_once_the_pick_misses():

@@ -63,6 +63,10 @@ def register(sub: argparse._SubParsersAction) -> None:
                          "choice sits out the next and the confirmation stops once they decide it; the sweep's, all")
     tp.add_argument("--no-race", action="store_true",
                     help="confirm every setting --repeats times even where fewer already decide the choice")
+    tp.add_argument("--warm-up", choices=("auto", "on", "off"), default="auto",
+                    help="run each confirmed setting once before the confirmation, not kept: its first uses of attention "
+                         "shapes then land in no kept run (auto: on where attention is prepared per shape, mlx's CUDA "
+                         "backend with cuDNN attention)")
     tp.add_argument("--quick", action="store_true", help="a small profile and grid (CI, a first look)")
     tp.add_argument("--grid", choices=GRIDS, default="standard",
                     help="standard: 10-12 settings; wide: each policy's own knob varied too (chunk size, token budget, "
@@ -148,6 +152,7 @@ def _parameters(args) -> dict:
     """The run's parameters as stored (the trace by its file name: no machine paths in results)."""
     params = {k: getattr(args, k) for k in _SAME[:-1] + ("repeats", "sweep", "time_budget_s", "seed", "cluster")}
     params["race"] = not getattr(args, "no_race", False)
+    params["warm_up"] = getattr(args, "warm_up", "auto")
     if params["trace"]:
         params["trace"] = Path(args.trace).name
         sys.argv = [Path(a).name if a == args.trace else a for a in sys.argv]
@@ -265,7 +270,8 @@ def cli_tune(args: argparse.Namespace) -> int:
     say = lambda s: print(s, flush=True)  # noqa: E731
     common = dict(objective=args.objective, top_k=args.top_k, repeats=args.repeats, quick=args.quick,
                   reprofile=args.reprofile, baseline=not args.no_baseline, say=say, calibrate=not args.no_calibrate,
-                  scaled=args.output_scale, grid_name=args.grid, race=not args.no_race)
+                  scaled=args.output_scale, grid_name=args.grid, race=not args.no_race,
+                  warm_up={"auto": None, "on": True, "off": False}[args.warm_up])
     if args.cluster:
         with open_sweep(args.cluster) as cluster:
             doc = tune(model, arrivals, slos, mapper=cluster.mapper(timed=False, desc="tune: simulating"), **common)

@@ -12,6 +12,14 @@ sweeps' runs standing in for the confirmation's (``probes/confirm_race_sim.py``,
 ``data/results/sim-tune/confirm_race_sim.json``), the race chose what all the repeats chose in every
 file, with and without candidates sitting out; stopping alone ended early in 4 of them, and a
 candidate sat out a repeat in 5.
+
+On a device that prepares attention per exact shape (mlx's CUDA backend with cuDNN attention:
+:func:`mlxlab.engine.fused.cold_keying`) the confirmation's first run of each candidate pays that
+process's first uses of the candidate's shapes; :func:`warm_runs` runs each once before it, not kept.
+On an H100 and an H200 coder-1.5b's three ``stall_free`` candidates each ran one confirmation repeat
+1.2-1.5x above every one of their sweep runs, and the other below them (``probes/confirm_cold.py``,
+``data/results/sim-tune/confirm_cold.json``), and tune chose a setting that met no SLO where the sweep
+found two that met it in every repeat.
 """
 
 from __future__ import annotations
@@ -66,6 +74,32 @@ def confirm_runs(settings: Sequence[dict], *, repeats: int, run_one: Callable[[d
         bar.refresh()
     raced = {"repeats": done, "of": repeats, "why": why, "sat_out": sat_out} if why or sat_out else None
     return measured, raced
+
+
+def wants_warm_up(warm_up: Optional[bool] = None) -> bool:
+    """Whether tune warms its confirmation up (:func:`warm_runs`): ``warm_up`` where given, else where
+    the default device prepares attention per exact shape (:func:`mlxlab.engine.fused.cold_keying`)."""
+    from mlxlab.engine.fused import cold_keying
+
+    return cold_keying()[0] == "shape" if warm_up is None else bool(warm_up)
+
+
+def warm_runs(settings: Sequence[dict], *, run_one: Callable[[dict], dict],
+              order: Callable[[List[dict], int], List[dict]], say: Callable[[str], None] = print) -> dict:
+    """Each of ``settings`` run once through ``run_one``, in the order the first repeat runs them
+    (``order(settings, 0)``), its result dropped: the process's first uses of each setting's shapes
+    happen here, not in a kept run. Returns ``{"runs_s": {label: wall seconds}, "wall_s": total}``."""
+    import time
+
+    walls: Dict[str, float] = {}
+    for c in order(list(settings), 0):
+        t0 = time.perf_counter()
+        run_one(c)
+        walls[c["label"]] = time.perf_counter() - t0
+    total = sum(walls.values())
+    say(f"[tune] confirmation: warmed the process up with one run of each of its {len(walls)} settings "
+        f"({total:.1f} s, not kept)")
+    return {"runs_s": walls, "wall_s": total}
 
 
 def race_text(raced: Optional[dict]) -> str:

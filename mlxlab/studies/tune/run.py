@@ -33,7 +33,7 @@ from typing import Callable, Dict, List, Optional, Sequence
 
 from mlxlab.core.paths import data_dir
 from mlxlab.studies.tune.calibrate import REF, calibrate_from_solos
-from mlxlab.studies.tune.confirm import BASELINE, confirm_runs
+from mlxlab.studies.tune.confirm import BASELINE, confirm_runs, wants_warm_up, warm_runs
 from mlxlab.studies.tune.grid import default_grid, make_grid, same_schedule  # noqa: F401 - default_grid: the API
 from mlxlab.studies.tune.slo import (SLO, check, choose, figure, objective_name, pareto, parse_objective, slo_table,
                                      solo_needed, support, worst_ratio)
@@ -166,7 +166,8 @@ def _confirm_row(c: dict, runs: List[dict], tenants: List[str], slos: Sequence[S
     med = _medians(runs, tenants + ["all"])
     objs = [_objective(s, objective) for s in runs]
     row = {**c, "summary": med, "checks": check(med, slos, solos), "checks_worst": _worst(runs, slos, solos),
-           "objective_s": statistics.median(objs), "objective_range_s": [min(objs), max(objs)], "repeats": len(runs)}
+           "objective_s": statistics.median(objs), "objective_range_s": [min(objs), max(objs)], "repeats": len(runs),
+           "repeat_ratios": [worst_ratio(check(s, slos, solos)) for s in runs]}  # in the order they ran
     row["slo_ratio"] = worst_ratio(row["checks"])
     return row
 
@@ -192,7 +193,8 @@ def tune(model, arrivals: list, slos: Sequence[SLO], *, objective: Optional[str]
          grid: Optional[List[dict]] = None, top_k: int = 3, repeats: int = 3, quick: bool = False,
          reprofile: bool = False, cost_model=None, baseline: bool = True, progress: bool = True,
          say: Callable[[str], None] = print, mapper: Optional[Callable] = None, calibrate: bool = True,
-         scaled: Optional[Dict[str, float]] = None, grid_name: str = "standard", race: bool = True) -> dict:
+         scaled: Optional[Dict[str, float]] = None, grid_name: str = "standard", race: bool = True,
+         warm_up: Optional[bool] = None) -> dict:
     """Tune ``model``'s serving settings for ``arrivals`` (a trace's
     :func:`mlxlab.core.traces.to_arrivals`) under ``slos``; returns the ``tune.json`` document
     (see the module docstring). ``cost_model``: use this one instead of the device profile.
@@ -204,7 +206,9 @@ def tune(model, arrivals: list, slos: Sequence[SLO], *, objective: Optional[str]
     ``grid_name``: :data:`mlxlab.studies.tune.grid.GRIDS` (where ``grid`` is not given; stored as
     ``given`` where it is). ``race``: stop confirming after a repeat that decides the choice
     (:func:`mlxlab.studies.tune.slo.settled`, from the second on; ``race`` in the document says when), so
-    ``repeats`` is a ceiling; False runs them all."""
+    ``repeats`` is a ceiling; False runs them all. ``warm_up``: run each confirmed setting once before the
+    confirmation, not kept (:func:`mlxlab.studies.tune.confirm.warm_runs`); None: where the device prepares
+    attention per shape (:func:`mlxlab.engine.fused.cold_keying`), whose first uses cost tens of ms a shape."""
     from mlxlab.core.runner import run_workload
     from mlxlab.sim.simulator import Simulator
 
@@ -293,6 +297,7 @@ def tune(model, arrivals: list, slos: Sequence[SLO], *, objective: Optional[str]
         _fresh()
         return run_workload(_executor(model, c), _workload(arrivals)).summary
 
+    warmed = warm_runs(confirm, run_one=run_one, order=run_order, say=say) if wants_warm_up(warm_up) else None
     bar = _bar(repeats * len(confirm), "tune: confirming on the engine") if progress else None
     measured, raced = confirm_runs(confirm, repeats=repeats, run_one=run_one, order=run_order,
                                    row=lambda c, runs: _confirm_row(c, runs, tenants, slos, solos, objective),
@@ -325,7 +330,7 @@ def tune(model, arrivals: list, slos: Sequence[SLO], *, objective: Optional[str]
                         "cost_model": fitted.as_dict() if hasattr(fitted, "as_dict") else None},
             "calibration": calibration,
             "grid": sim_rows, "grid_name": grid_name, "same_schedule": same, "frontier": frontier, "confirmed": rows,
-            "choice": choice.as_dict(), "race": raced,
+            "choice": choice.as_dict(), "race": raced, "confirm_warm_up": warmed,
             "vs_mlx_lm": vs_mlx_lm, "wall_s": {"profile": t_prof - t0, "solo": t_solo - t_prof,
                                                "simulate": t_sim - t_solo, "confirm": t_conf - t_sim,
                                                "total": time.perf_counter() - t0},
