@@ -76,14 +76,18 @@ def settings_of(doc: dict) -> list:
 def by_device(files: list) -> dict:
     """Per device kind (``shape``: mlx's CUDA backend with cuDNN attention, which builds a graph per
     attention shape; else the platform): confirmed settings, how many had their worst confirmation run
-    above every sweep run, and the median of worst over the sweep's largest."""
+    above every sweep run, how many would by chance (``by_chance``: were the two confirmation runs and
+    the n sweep runs of a setting alike, the largest of them would be a confirmation run 2 / (n + 2) of
+    the time), and the median of worst over the sweep's largest."""
     out: dict = {}
     for f in files:
-        d = out.setdefault(f["device"], {"files": 0, "settings": 0, "worst_above_sweep": 0, "ratios": []})
+        d = out.setdefault(f["device"], {"files": 0, "settings": 0, "worst_above_sweep": 0, "by_chance": 0.0,
+                                         "ratios": []})
         d["files"] += 1
         for s in f["settings"]:
             d["settings"] += 1
             d["worst_above_sweep"] += int(s["worst_above_sweep"])
+            d["by_chance"] += 2 / (len(s["sweep_s"]) + 2)
             d["ratios"].append(s["worst_over_sweep_max"])
     for d in out.values():
         d["median_worst_over_sweep_max"] = statistics.median(d.pop("ratios")) if d["settings"] else None
@@ -110,7 +114,7 @@ def main(argv=None) -> int:
     summary = by_device(files)
     for dev, d in summary.items():
         print(f"{dev}: {d['worst_above_sweep']} of {d['settings']} confirmed settings in {d['files']} files ran their "
-              f"worst confirmation repeat above every sweep run (median worst / sweep max {d['median_worst_over_sweep_max']:.2f})")
+              f"worst confirmation repeat above every sweep run, {d['by_chance']:.1f} by chance (median worst / sweep max {d['median_worst_over_sweep_max']:.2f})")
     common.save_over_stored("confirm_cold", {"parameters": {"tunes": args.tunes}, "files": files, "by_device": summary},
                             "sim-tune" if args.save else "cpu", save=args.save)
     return 0

@@ -26,4 +26,5 @@ def test_the_confirmations_other_run_is_twice_the_median_less_the_worst_and_a_co
     summary = by_device(files)
     assert summary["cuda"]["worst_above_sweep"] == 1 and summary["cpu"]["worst_above_sweep"] == 0
     assert summary["cpu"]["settings"] == summary["cuda"]["settings"] == 1
+    assert summary["cuda"]["by_chance"] == 0.5  # two confirmation runs beside two sweep runs: the largest, 2 in 4
     assert settings_of({**_doc(0.09, 0.07, [0.06]), "sweep": {}}) == []  # no sweep: nothing to set against
