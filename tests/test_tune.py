@@ -419,6 +419,10 @@ def test_mlxlab_tune_on_a_trace_ends_with_a_choice_a_serve_line_and_its_files(tm
     assert len(doc["sweep"]["calls"]) == 3 and {v["claim"] for v in doc["verdicts"]} >= {"mlx-tune-regret"}
     # each resuming call (a new process) warmed up first, and names the commit its caller declared
     assert all(c["warm_up"]["label"] in doc["sweep"]["runs"] for c in doc["sweep"]["calls"][1:])
+    # each call names the runs it made, in order: the cut call one, the last the rest; none at top level
+    ran = [c.get("ran") for c in doc["sweep"]["calls"]]
+    assert ran[0] is None and len(ran[1]) == 1 and len(ran[1]) + len(ran[2]) == 2 * len(doc["sweep"]["rows"])
+    assert "ran" not in doc["sweep"]
     assert doc["sweep"]["calls"][-1]["source_commit"] == "abc1234"
     assert not any("whole repeat(s) of" in v["rule"] for v in doc["verdicts"])
 
@@ -609,6 +613,7 @@ def test_a_resumed_sweep_warms_its_fresh_process_up_with_one_run_it_does_not_kee
     assert out["warm_up"]["label"] == first and out["warm_up"]["wall_s"] >= 0 and seen[0]["warm_up"] == out["warm_up"]
     # the warm-up's run (TTFT 0.5) is not kept: the first kept run of that setting is the second run
     assert [r["batch"]["ttft_s"]["p50"] for r in out["runs"][first]] == [1.5]
+    assert out["ran"] == [[0, s["label"]] for s in run_order(grid, 0)]  # the kept runs, in the order they ran
     calls.clear()
     again = sweep(None, [], {**doc, "sweep": out}, repeats=1, progress=False, say=lambda s: None, warm_up=True)
     assert calls == [] and "warm_up" not in again

@@ -193,7 +193,9 @@ def _resume(args, slos, t_start: float) -> int:
         return {k: env.get(k) for k in ("git_commit", "git_dirty", "source_commit", "written_at")
                 if k != "source_commit" or env.get(k)}
 
-    first = call_entry(doc.get("environment") or {})
+    # the call that made the file: the sweep runs it made, if any (a later call's go with its own entry)
+    first = {**call_entry(doc.get("environment") or {}),
+             **({"ran": doc["sweep"]["ran"]} if "ran" in (doc.get("sweep") or {}) else {})}
     calls = list((doc.get("sweep") or {}).get("calls") or [first])  # the run that made the file, then each resume
     plat = args.platform or platform_of(path)
     params = {**doc["parameters"], "repeats": args.repeats, "sweep": True}
@@ -203,9 +205,10 @@ def _resume(args, slos, t_start: float) -> int:
     say = lambda s: print(s, flush=True)  # noqa: E731
     deadline = t_start + args.time_budget_s if args.time_budget_s else None
 
-    def keep(block):  # this call's warm-up run goes with this call's entry
-        warm = block.pop("warm_up", None)
-        doc["sweep"] = {**block, "calls": calls + [{**env, **({"warm_up": warm} if warm else {})}]}
+    def keep(block):  # this call's warm-up run and the runs it made go with this call's entry
+        warm, ran = block.pop("warm_up", None), block.pop("ran", None)
+        doc["sweep"] = {**block, "calls": calls + [{**env, **({"warm_up": warm} if warm else {}),
+                                                    **({"ran": ran} if ran is not None else {})}]}
         write()
 
     # a fresh process: its first run would pay the process's first uses (sweep's warm_up)

@@ -386,8 +386,8 @@ def sweep(model, arrivals: list, doc: dict, *, repeats: int = 3, progress: bool 
     to run runs once more before it, not kept, so no kept run pays the process's first uses (on an
     H100 the first run of a resumed call took 125 s where its setting's others took 28-30 s, and
     167 s against 13 s in another file: ``data/results/h100/tune_llama-3.2-1b*.json``); the block
-    says which setting warmed up and for how long (``warm_up``). Returns the ``sweep`` block of
-    tune.json."""
+    says which setting warmed up and for how long (``warm_up``), and ``ran`` the ``[repeat, label]`` of
+    each run this call made, in order. Returns the ``sweep`` block of tune.json."""
     from mlxlab.core.runner import run_workload
 
     same = doc.get("same_schedule") or {}  # one schedule is replayed once: its first setting in grid order
@@ -410,7 +410,8 @@ def sweep(model, arrivals: list, doc: dict, *, repeats: int = 3, progress: bool 
         run_workload(_engine(model, left[0][1]), _workload(arrivals))
         warm = {"label": label, "wall_s": time.perf_counter() - t_run}
         say(f"[tune] sweep: warmed the process up with one run of {label} ({warm['wall_s']:.1f} s, not kept)")
-    extra = {"order": order, **({"warm_up": warm} if warm else {})}
+    ran: List[list] = []  # [repeat, label] of each run this process made, in order (its shapes' history)
+    extra = {"order": order, "ran": ran, **({"warm_up": warm} if warm else {})}
     bar = _bar(len(left), "tune: exhaustive engine sweep") if progress else None
     stopped = None
     for i, (r, s) in enumerate(left):
@@ -426,6 +427,7 @@ def sweep(model, arrivals: list, doc: dict, *, repeats: int = 3, progress: bool 
         _fresh()
         runs[s["label"]].append(run_workload(_engine(model, s), _workload(arrivals)).summary)
         took[s["label"]].append(time.perf_counter() - t_run)
+        ran.append([r, s["label"]])
         if bar is not None:
             bar.update(1)
         if on_progress is not None and i + 1 < len(left):
