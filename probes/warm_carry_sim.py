@@ -26,7 +26,8 @@ Usage::
     python -m probes.warm_carry_sim data/results/h100/tune_llama-3.2-1b.json data/results/h100/tune_*.json
 
 Prints a table and writes ``warm_carry_sim.json`` to a new run folder
-(``data/results/<platform>/runs/<time>/``, ignored by git).
+(``data/results/<platform>/runs/<time>/``, ignored by git), or with ``--save`` to
+``data/results/sim-tune/`` (what the paper reads; each file named with its platform folder).
 """
 
 from __future__ import annotations
@@ -48,6 +49,8 @@ def parse_args(argv=None):
                                 formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("tunes", nargs="+", help="tune.json files with a whole sweep and profile.cost_model")
     p.add_argument("--traces", default="data/traces/samples", help="the folder holding the tunes' trace files")
+    p.add_argument("--save", action="store_true",
+                   help="write data/results/sim-tune/warm_carry_sim.json (the paper's), not a run folder")
     return common.parse(p, argv)
 
 
@@ -142,12 +145,13 @@ def main(argv=None) -> int:
             print(f"{Path(path).name:48s} {w:8s} {s['tau_slo']:8.2f} {s['tau_objective']:8.2f} "
                   f"{s['sim_error_objective']:8.0%} {s['sim_error_slo_ratio']:8.0%} "
                   f"{s['apart_slo']:3d}/{s['apart_objective']:<3d}")
-        files.append({"tune": Path(path).name, "order": doc["sweep"].get("order") or "rotation",
+        files.append({"tune": f"{where}/{Path(path).name}", "order": doc["sweep"].get("order") or "rotation",
                       "calls": len(doc["sweep"].get("calls") or [None]), "scores": scores, "rows": ways})
     if not files:
         raise SystemExit("no tune file with a whole sweep")
     print("apart: swapped pairs whose measured repeats do not overlap (SLO ratio / objective)")
-    common.save_over_stored("warm_carry_sim", {"files": files}, plat)
+    common.save_over_stored("warm_carry_sim", {"parameters": {"tunes": args.tunes}, "files": files},
+                            "sim-tune" if args.save else plat, save=args.save)
     return 0
 
 
