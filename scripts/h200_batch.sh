@@ -194,11 +194,12 @@
 #      TUNE_TRACE=azure TUNE_TIME_SCALE=0.5 TUNE_REPEATS=2 TUNE_FRESH=1 T_TUNE=550 TUNE_MODEL=llama-3.2-1b (~500 s, an
 #      estimate: profile ~100 s on a fresh machine, solo and confirmation ~120 s, 22 sweep runs of ~12 s), then
 #      TUNE_MODEL=qwen2.5-coder-1.5b the same (fresh, then a resume call without TUNE_FRESH); (b) then the item below.
-#   next (H200): the same two at TUNE_REPEATS=3 or more (the SLO ratio's repeat-to-repeat tau was 0.02-0.53 at 2), after
-#      renaming each h200/tune_MODEL_chat_x4.json to *_before_choice_rule.json, so the new choice rule runs on the engine
-#      (TUNE_FRESH=1, then resumes: ~2 calls a model); or with TUNE_GRID=wide (writes tune_MODEL_chat_x4_wide.json, no
-#      rename; 19 settings at these prompt lengths: ~2 calls a model at 2 repeats); then TUNE_TRACE=azure on the H200
-#      (the issue's imported trace there); then #39's list. On an H100: coder-1.5b chat x4 (item 1 below), not run yet.
+#   next (H200): the two chat x4 tunes again (TUNE_CHAT_SCALE=4), after renaming each h200/tune_MODEL_chat_x4.json to
+#      *_before_warm_up.json, so the choice rule of 12-06 #15 and the confirmation's warm-up (12-07 #20) run on the engine
+#      (TUNE_FRESH=1 T_TUNE=560 at TUNE_REPEATS=2, then a resume, then a TUNE_REPEATS=3 resume for a third sweep repeat:
+#      ~3 calls a model; the warm-up adds one run per confirmed setting, ~80 s); or with TUNE_GRID=wide (writes
+#      tune_MODEL_chat_x4_wide.json, no rename; 19 settings: ~2 calls a model at 2 repeats); then #39's list. (On an H100
+#      coder-1.5b chat x4 ran in 12-07 #20.)
 #   1. (next on an H100) coder-1.5b the same (llama's is done: TUNE_REPEATS=2 fits a fresh call and a short resume; 3 repeats
 #      need ~2-3 calls). Then: why one setting's chat p99 moves 2x between runs at ~41 gaps (tail part with
 #      TAIL_CHAT_SCALE=4 on interleave-256 and interleave-512, whose runs parted most).
