@@ -16,6 +16,9 @@ ways to simulate each setting:
   where one ended);
 * ``steady``: each setting run twice in a row, scored on the second run (a server that has run
   this setting for a while).
+* ``processes`` (files whose sweep names each call's runs, ``sweep.calls[].ran``, since 2026-12-07):
+  each call a new process with its own warm shapes, warmed first by what ran there before the sweep
+  (the first call's confirmation, a resumed call's warm-up run), then its runs in the order they ran.
 
 For each, Kendall's tau against the measured sweep on the objective and the binding SLO's ratio,
 and the simulator's median error, as the ``mlx-tune-rank`` verdict computes them
@@ -79,7 +82,8 @@ def _row(point: dict, setting: dict, summaries: List[dict]) -> dict:
 
 
 def simulate(doc: dict, point: dict) -> Dict[str, List[dict]]:
-    """The grid's rows simulated each way (:data:`WAYS`)."""
+    """The grid's rows simulated each way (:data:`WAYS`, and ``processes`` where the sweep names each
+    call's runs: :func:`process_runs`)."""
     from mlxlab.studies.tune.run import run_order
 
     grid = [{k: g[k] for k in ("label", "policy", "chunk_size", "options")} for g in doc["grid"]]
@@ -97,6 +101,37 @@ def simulate(doc: dict, point: dict) -> Dict[str, List[dict]]:
         _run(point, s, w)
         steady.append(_row(point, s, [_run(point, s, w)]))
     out["steady"] = steady
+    procs = process_runs(doc)
+    if procs is not None:
+        by, runs = {s["label"]: s for s in grid}, {s["label"]: [] for s in grid}
+        for proc in procs:
+            warm = cm.warm_shapes()
+            for label in (lb for lb in proc["before"] if lb in by):  # mlx-lm's BatchGenerator is not simulated
+                _run(point, by[label], warm)
+            for _, label in proc["ran"]:
+                runs[label].append(_run(point, by[label], warm))
+        out["processes"] = [_row(point, s, runs[s["label"]]) for s in grid if runs[s["label"]]]
+    return out
+
+
+def process_runs(doc: dict):
+    """The sweep's processes, where its calls name their runs (``sweep.calls[].ran``): per call, the
+    settings that ran in that process before its sweep runs (the first call's confirmed ones, a
+    resumed call's warm-up) and its ``[repeat, label]`` runs in order. A first call that ran no sweep
+    run (tune without ``--sweep``) names none. None where the calls do not account for every stored run."""
+    sweep = doc.get("sweep") or {}
+    calls = sweep.get("calls") or []
+    total = sum(len(v) for v in (sweep.get("runs") or {}).values())
+    ran = [c.get("ran") for c in calls]
+    if calls and ran[0] is None:
+        ran[0] = []
+    if not calls or any(r is None for r in ran) or sum(map(len, ran)) != total:
+        return None
+    out = []
+    for i, (c, r) in enumerate(zip(calls, ran)):
+        before = [row["label"] for row in doc.get("confirmed") or []] if i == 0 else \
+            ([c["warm_up"]["label"]] if c.get("warm_up") else [])
+        out.append({"before": before, "ran": r})
     return out
 
 
@@ -139,8 +174,8 @@ def main(argv=None) -> int:
     for path, doc, point, where in sweep_files(args.tunes, args.traces):
         plat = plat or where
         ways = simulate(doc, point)
-        scores = {w: score(doc, ways[w]) for w in WAYS}
-        for w in WAYS:
+        scores = {w: score(doc, ways[w]) for w in ways}
+        for w in ways:
             s = scores[w]
             print(f"{Path(path).name:48s} {w:8s} {s['tau_slo']:8.2f} {s['tau_objective']:8.2f} "
                   f"{s['sim_error_objective']:8.0%} {s['sim_error_slo_ratio']:8.0%} "

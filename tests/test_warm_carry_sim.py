@@ -8,7 +8,7 @@ from mlxlab.core.workload import TraceWorkload
 from mlxlab.sim.simulator import Simulator
 from mlxlab.studies.tune.run import simulate_setting
 from probes.key_align_sim import load_point
-from probes.warm_carry_sim import WAYS, score, simulate
+from probes.warm_carry_sim import WAYS, process_runs, score, simulate
 
 COST = {"decode_step": 5e-3, "decode_batch": 3e-4, "prefill_chunks": 10e-3, "prefill_tokens": 15e-6,
         "cold_chunks": 60e-3}
@@ -68,3 +68,32 @@ def test_the_probe_scores_each_way_against_the_measured_sweep_and_fresh_is_the_s
         assert any(w["objective_s"] < f["objective_s"] for w, f in pairs)
     s = score(doc, ways["fresh"])
     assert s["tau_objective"] == 1.0 and abs(s["sim_error_objective"] - 0.1 / 1.1) < 1e-9
+
+
+def test_where_the_sweep_names_each_calls_runs_each_call_is_a_process_warmed_by_what_ran_before_it():
+    """A fresh call confirms its candidates and then sweeps in the same process; a resumed call is a new
+    process that warms up on one setting: ``processes`` simulates each call so, so a run right after the
+    same setting equals ``steady``'s; a file whose calls do not account for every run gets no such way."""
+    doc = _doc()
+    point = load_point(doc, "data/traces/samples")
+    summ = {g["label"]: run_workload(Simulator(point["cost_model"], policy=g["policy"], chunk_size=g["chunk_size"],
+                                               **{**point["limits"], **g["options"]}),
+                                     TraceWorkload(list(point["arrivals"]), name="t")).summary for g in doc["grid"]}
+    doc["confirmed"] = [{"label": "interleave-256"}, {"label": "mlx_lm.BatchGenerator"}]
+    doc["sweep"] = {"repeats": 1, "order": "shuffle", "runs": {k: [v] for k, v in summ.items()}, "wall_s": 1.0,
+                    "rows": [{"label": g["label"], "objective_s": g["objective_s"], "slo_ratio": g["slo_ratio"],
+                              "objective_range_s": [g["objective_s"]] * 2, "meets": False} for g in doc["grid"]],
+                    "calls": [{"ran": [[0, "interleave-256"]]},
+                              {"warm_up": {"label": "interleave-1024"},
+                               "ran": [[0, "interleave-1024"], [0, "stall_free-256"]]}]}
+    procs = process_runs(doc)
+    assert [p["before"] for p in procs] == [["interleave-256", "mlx_lm.BatchGenerator"], ["interleave-1024"]]
+    ways = simulate(doc, point)
+    steady = {r["label"]: r for r in ways["steady"]}
+    proc = {r["label"]: r for r in ways["processes"]}
+    assert proc["interleave-256"] == steady["interleave-256"] and proc["interleave-1024"] == steady["interleave-1024"]
+    # stall_free-256 ran after interleave-1024 only: warmer than fresh where they share shapes, never slower
+    fresh = {r["label"]: r for r in ways["fresh"]}
+    assert proc["stall_free-256"]["objective_s"] <= fresh["stall_free-256"]["objective_s"] + 1e-12
+    doc["sweep"]["calls"][1]["ran"] = doc["sweep"]["calls"][1]["ran"][:1]  # a run no call names
+    assert process_runs(doc) is None and "processes" not in simulate(doc, point)
