@@ -187,6 +187,9 @@
 # 3-repeat sweeps (the chat x4 tunes' confirmations stayed at 2). Found: coder chat x4's confirmation ran each stall_free
 # candidate once 1.19-1.45x above every sweep run (and once below them), on the H200 file too (probes/confirm_cold.py):
 # tune now warms each candidate up once before confirming on such a device (--warm-up auto) and keeps each run's ratio.
+#   then (any card; an experiment, ~3 calls a model): TUNE_STEADY=1 TUNE_CHAT_SCALE=4 TUNE_REPEATS=2 TUNE_FRESH=1 T_TUNE=560
+#      (writes tune_MODEL_chat_x4_steady.json; then resumes): every kept run warm and the simulation on second runs, so
+#      tau compares like with like; the sweep's warm-ups double a resume call's cost. Whether tau and regret then hold.
 #   next (any card): coder chat x4 again with the confirmation warmed up (rename h100/tune_qwen2.5-coder-1.5b_chat_x4.json
 #      to *_before_warm_up.json, then TUNE_FRESH=1 TUNE_CHAT_SCALE=4 TUNE_REPEATS=2 T_TUNE=560 and a resume): whether the
 #      choice then meets the SLO the sweep says stall_free-512 meets; on an H200 the plan below, (a) first.
@@ -420,6 +423,9 @@ case "$part" in
     esac
     if [ -n "${TUNE_CHAT_SCALE:-}" ]; then  # the chat asks N x its tokens: its ITL p99 rests on N x the gaps
       tr+=(--output-scale "chat=$TUNE_CHAT_SCALE"); nm="${nm}_chat_x$TUNE_CHAT_SCALE"
+    fi
+    if [ -n "${TUNE_STEADY:-}" ]; then  # every setting scored warm: simulated on its second run, each engine run after
+      tr+=(--steady); nm="${nm}_steady"  # one of itself in that process (the sweep's resumes too: the file says so)
     fi
     if [ -n "${TUNE_GRID:-}" ]; then  # wide: each policy's own knob varied too (mlxlab.studies.tune.grid)
       tr+=(--grid "$TUNE_GRID"); [ "$TUNE_GRID" = standard ] || nm="${nm}_$TUNE_GRID"

@@ -396,9 +396,13 @@ def test_mlxlab_tune_on_a_trace_ends_with_a_choice_a_serve_line_and_its_files(tm
     assert str(tmp_path) not in json.dumps(doc["environment"]["argv"])
     assert serve_settings(str(path))["policy"] == next(r["policy"] for r in doc["confirmed"]
                                                        if r["label"] == doc["choice"]["label"])
-    again = subprocess.run(cmd + ["--top-k", "1", "--no-baseline"], capture_output=True, text=True, timeout=600,
-                           env=env, cwd=tmp_path)
+    again = subprocess.run(cmd + ["--top-k", "1", "--no-baseline", "--steady"], capture_output=True, text=True,
+                           timeout=600, env=env, cwd=tmp_path)
     assert again.returncode == 0 and "profile from the cache" in again.stdout  # the second run reuses the profile
+    # --steady: simulated on second runs, and its confirmation warmed up whatever the device
+    steady = json.loads(Path(again.stdout.strip().splitlines()[-1].removeprefix("wrote ")).read_text())
+    assert steady["steady"] is True and steady["parameters"]["steady"] is True
+    assert set(steady["confirm_warm_up"]["runs_s"]) == {r["label"] for r in steady["confirmed"]}
     # the exhaustive sweep of the first run's grid, run later on the stored file: two repeats, verdicts, in place
     # first cut by a budget after its first run (its verdicts: not measured), then resumed to the end: the
     # file's verdicts are decided again from the whole sweep, not kept from the cut call's file
@@ -585,28 +589,42 @@ def test_the_sweep_shuffles_each_repeat_the_same_way_every_time_and_an_older_fil
     assert "rotating order" in tune_verdicts({**doc, "sweep": more})[0]["fairness"]
 
 
-def test_a_resumed_sweep_warms_its_fresh_process_up_with_one_run_it_does_not_keep(monkeypatch):
-    """A resumed sweep starts in a new process, whose first run pays first uses (on an H100, 125 s
-    where the same setting's later runs took 28-30 s): ``warm_up`` runs the first setting to run once
-    more before it and keeps only the second; the block names the warm-up. Nothing left: no run."""
+def _counted_sweep(monkeypatch):
+    """The sweep's engine runs replaced by a counter: the list of labels run, in order; run n's batch TTFT is
+    0.5 + n, so a kept run tells which run it was."""
     from mlxlab.core import runner
     from mlxlab.studies.tune import run as tune_run
-    from mlxlab.studies.tune.run import run_order, sweep
 
-    calls, seen = [], []
+    calls = []
 
     class _Run:
         def __init__(self, n):
-            self.summary = _full_summary(0.01, 0.5 + n)  # each run's batch TTFT tells which run it was
+            self.summary = _full_summary(0.01, 0.5 + n)
 
     monkeypatch.setattr(tune_run, "_fresh", lambda: None)
     monkeypatch.setattr(tune_run, "_engine", lambda model, s: s["label"])
     monkeypatch.setattr(runner, "run_workload", lambda ex, wl: calls.append(ex) or _Run(len(calls) - 1))
+    return calls
+
+
+def _sweep_doc(labels) -> dict:
+    """A tune document with a grid of ``labels`` (interleave, 64-token chunks) and one SLO."""
     grid = [{"label": k, "policy": "interleave", "chunk_size": 64, "options": {}, "objective_s": 0.5, "slo_ratio": 0.5}
-            for k in ("a", "b")]
-    doc = {"slos": ["chat.itl_p99<=3x"], "solo": {"chat": _full_summary(0.01, 0.5)}, "tenants": ["batch", "chat"],
-           "objective": "batch.ttft_p50", "grid": grid, "choice": {"label": "a"}, "wall_s": {"total": 10.0},
-           "trace": {"requests": 0, "format": "mlxlab"}}
+            for k in labels]
+    return {"slos": ["chat.itl_p99<=3x"], "solo": {"chat": _full_summary(0.01, 0.5)}, "tenants": ["batch", "chat"],
+            "objective": "batch.ttft_p50", "grid": grid, "choice": {"label": "a"}, "wall_s": {"total": 10.0},
+            "trace": {"requests": 0, "format": "mlxlab"}}
+
+
+def test_a_resumed_sweep_warms_its_fresh_process_up_with_one_run_it_does_not_keep(monkeypatch):
+    """A resumed sweep starts in a new process, whose first run pays first uses (on an H100, 125 s
+    where the same setting's later runs took 28-30 s): ``warm_up`` runs the first setting to run once
+    more before it and keeps only the second; the block names the warm-up. Nothing left: no run."""
+    from mlxlab.studies.tune.run import run_order, sweep
+
+    calls, seen = _counted_sweep(monkeypatch), []
+    doc = _sweep_doc(("a", "b"))
+    grid = doc["grid"]
     out = sweep(None, [], doc, repeats=1, progress=False, say=lambda s: None, warm_up=True, on_progress=seen.append)
     first = run_order(grid, 0)[0]["label"]
     assert calls == [first] + [s["label"] for s in run_order(grid, 0)]
@@ -617,6 +635,47 @@ def test_a_resumed_sweep_warms_its_fresh_process_up_with_one_run_it_does_not_kee
     calls.clear()
     again = sweep(None, [], {**doc, "sweep": out}, repeats=1, progress=False, say=lambda s: None, warm_up=True)
     assert calls == [] and "warm_up" not in again
+
+
+def test_a_steady_sweep_runs_each_setting_once_unkept_before_its_first_kept_run_in_the_process(monkeypatch):
+    """A steady tune (``--steady``) scores every setting warm: its sweep runs each setting this process has
+    not run yet once, not kept, before the first kept run (the fresh call's confirmed settings count as
+    run), never again in later repeats, and in place of the resumed call's single warm-up."""
+    from mlxlab.studies.tune.run import run_order, sweep
+
+    calls = _counted_sweep(monkeypatch)
+    doc = _sweep_doc(("a", "b", "c"))
+    grid = doc["grid"]
+    out = sweep(None, [], doc, repeats=2, progress=False, say=lambda s: None, warm_up=True, warm_each={"a"})
+    first = [s["label"] for s in run_order(grid, 0)]
+    expect = [lb for lb in first for _ in range(1 if lb == "a" else 2)] + [s["label"] for s in run_order(grid, 1)]
+    assert calls == expect and set(out["warm_each"]) == {"b", "c"} and "warm_up" not in out
+    # each kept first run is the one after its warm-up: b's and c's first kept runs are not the run before them
+    for lb in ("b", "c"):
+        kept = out["runs"][lb][0]["batch"]["ttft_s"]["p50"] - 0.5
+        assert calls[int(kept)] == lb and calls[int(kept) - 1] == lb
+    assert sum(map(len, out["runs"].values())) == 6 and len(out["ran"]) == 6
+
+
+def test_the_steady_simulation_scores_a_settings_second_run_with_the_first_runs_shapes_warm():
+    """``tune(steady=True)`` simulates each setting as ``probes/warm_carry_sim.py``'s ``steady`` way does
+    (a run after one of itself): on a cost model that charges cold shapes, never slower than a cold run."""
+    from mlxlab.studies.tune.run import simulate_setting
+    from probes.key_align_sim import load_point
+    from probes.warm_carry_sim import simulate
+    from tests.test_warm_carry_sim import _doc
+
+    doc = _doc()
+    point = load_point(doc, "data/traces/samples")
+    doc["sweep"] = {"repeats": 1, "runs": {}, "order": "shuffle"}  # carried: one pass (not looked at here)
+    ways = simulate(doc, point)
+    for g, st, fr in zip(doc["grid"], ways["steady"], ways["fresh"]):
+        s = {k: g[k] for k in ("label", "policy", "chunk_size", "options")}
+        steady = simulate_setting({**point, "setting": s, "steady": True})
+        cold = simulate_setting({**point, "setting": s})
+        assert steady["objective_s"] == st["objective_s"] and cold["objective_s"] == fr["objective_s"]
+        assert steady["objective_s"] <= cold["objective_s"]
+    assert any(a["objective_s"] < b["objective_s"] for a, b in zip(ways["steady"], ways["fresh"]))
 
 
 def test_slo_ratio_pairs_the_sweeps_repeats_cannot_order_are_told_apart_from_misranks():

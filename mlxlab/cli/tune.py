@@ -67,6 +67,11 @@ def register(sub: argparse._SubParsersAction) -> None:
                     help="run each confirmed setting once before the confirmation, not kept: its first uses of attention "
                          "shapes then land in no kept run (auto: on where attention is prepared per shape, mlx's CUDA "
                          "backend with cuDNN attention)")
+    tp.add_argument("--steady", action="store_true",
+                    help="score every setting as a server that has run it a while: simulated on its second run, each "
+                         "engine run (confirmation and --sweep) after one of the same setting in that process, not kept "
+                         "(where attention is prepared per shape, a first run pays each new shape's graph); --resume sweeps as "
+                         "the file was tuned")
     tp.add_argument("--quick", action="store_true", help="a small profile and grid (CI, a first look)")
     tp.add_argument("--grid", choices=GRIDS, default="standard",
                     help="standard: 10-12 settings; wide: each policy's own knob varied too (chunk size, token budget, "
@@ -153,6 +158,7 @@ def _parameters(args) -> dict:
     params = {k: getattr(args, k) for k in _SAME[:-1] + ("repeats", "sweep", "time_budget_s", "seed", "cluster")}
     params["race"] = not getattr(args, "no_race", False)
     params["warm_up"] = getattr(args, "warm_up", "auto")
+    params["steady"] = bool(getattr(args, "steady", False))
     if params["trace"]:
         params["trace"] = Path(args.trace).name
         sys.argv = [Path(a).name if a == args.trace else a for a in sys.argv]
@@ -195,7 +201,7 @@ def _resume(args, slos, t_start: float) -> int:
 
     # the call that made the file: the sweep runs it made, if any (a later call's go with its own entry)
     first = {**call_entry(doc.get("environment") or {}),
-             **({"ran": doc["sweep"]["ran"]} if "ran" in (doc.get("sweep") or {}) else {})}
+             **{k: doc["sweep"][k] for k in ("ran", "warm_each") if k in (doc.get("sweep") or {})}}
     calls = list((doc.get("sweep") or {}).get("calls") or [first])  # the run that made the file, then each resume
     plat = args.platform or platform_of(path)
     params = {**doc["parameters"], "repeats": args.repeats, "sweep": True}
@@ -205,15 +211,14 @@ def _resume(args, slos, t_start: float) -> int:
     say = lambda s: print(s, flush=True)  # noqa: E731
     deadline = t_start + args.time_budget_s if args.time_budget_s else None
 
-    def keep(block):  # this call's warm-up run and the runs it made go with this call's entry
-        warm, ran = block.pop("warm_up", None), block.pop("ran", None)
-        doc["sweep"] = {**block, "calls": calls + [{**env, **({"warm_up": warm} if warm else {}),
-                                                    **({"ran": ran} if ran is not None else {})}]}
+    def keep(block):  # this call's warm-up runs and the runs it made go with this call's entry
+        mine = {k: block.pop(k) for k in ("warm_up", "warm_each", "ran") if k in block}
+        doc["sweep"] = {**block, "calls": calls + [{**env, **mine}]}
         write()
 
     # a fresh process: its first run would pay the process's first uses (sweep's warm_up)
     keep(sweep(model, arrivals, doc, repeats=args.repeats, say=say, deadline=deadline, on_progress=keep,
-               warm_up=True))
+               warm_up=True, warm_each=set() if doc.get("steady") else None))  # a steady tune's sweep stays so
     _figure(doc, path.stem, plat, None if args.save else path.parent)
     _say_verdicts(tune_verdicts(doc))
     print(f"wrote {path}")
@@ -274,7 +279,7 @@ def cli_tune(args: argparse.Namespace) -> int:
     common = dict(objective=args.objective, top_k=args.top_k, repeats=args.repeats, quick=args.quick,
                   reprofile=args.reprofile, baseline=not args.no_baseline, say=say, calibrate=not args.no_calibrate,
                   scaled=args.output_scale, grid_name=args.grid, race=not args.no_race,
-                  warm_up={"auto": None, "on": True, "off": False}[args.warm_up])
+                  warm_up={"auto": None, "on": True, "off": False}[args.warm_up], steady=args.steady)
     if args.cluster:
         with open_sweep(args.cluster) as cluster:
             doc = tune(model, arrivals, slos, mapper=cluster.mapper(timed=False, desc="tune: simulating"), **common)
@@ -292,7 +297,8 @@ def cli_tune(args: argparse.Namespace) -> int:
         write()  # tune's own results first: a sweep cut by a time limit keeps them and its finished runs
         deadline = t_start + args.time_budget_s if args.time_budget_s else None
         doc["sweep"] = sweep(model, arrivals, doc, repeats=args.repeats, say=say, deadline=deadline,
-                             on_progress=lambda block: (doc.__setitem__("sweep", block), write()))
+                             on_progress=lambda block: (doc.__setitem__("sweep", block), write()),
+                             warm_each={r["label"] for r in doc["confirmed"]} if args.steady else None)
     path = write()
     ch = doc["choice"]
     print(f"[tune] choice: {ch['label']} ({'meets every SLO' if ch['meets'] else 'meets no SLO set: ' + str(ch['binding'])})"

@@ -25,7 +25,6 @@ import gc
 import hashlib
 import json
 import math
-import random
 import statistics
 import time
 from pathlib import Path
@@ -35,6 +34,7 @@ from mlxlab.core.paths import data_dir
 from mlxlab.studies.tune.calibrate import REF, calibrate_from_solos
 from mlxlab.studies.tune.confirm import BASELINE, confirm_runs, wants_warm_up, warm_runs
 from mlxlab.studies.tune.grid import default_grid, make_grid, same_schedule  # noqa: F401 - default_grid: the API
+from mlxlab.studies.tune.order import run_order  # noqa: F401 - the sweep's and confirmation's order (also an API)
 from mlxlab.studies.tune.slo import (SLO, check, choose, figure, objective_name, pareto, parse_objective, slo_table,
                                      solo_needed, support, worst_ratio)
 
@@ -179,10 +179,13 @@ def simulate_setting(point: dict) -> dict:
     from mlxlab.core.runner import run_workload
     from mlxlab.sim.simulator import Simulator
 
-    s, slos, solos = point["setting"], point["slos"], point["solos"]
-    sim = Simulator(point["cost_model"], policy=s["policy"], chunk_size=int(s["chunk_size"]),
-                    **{**point["limits"], **s["options"]})
-    summ = run_workload(sim, _workload(point["arrivals"])).summary
+    s, slos, solos, cm = point["setting"], point["slos"], point["solos"], point["cost_model"]
+    # steady: the setting's second run, its shapes warm from the first (a server that has run it a while)
+    warm = cm.warm_shapes() if point.get("steady") and hasattr(cm, "warm_shapes") else None
+    for _ in range(2 if warm is not None else 1):
+        sim = Simulator(cm, policy=s["policy"], chunk_size=int(s["chunk_size"]), warm=warm,
+                        **{**point["limits"], **s["options"]})
+        summ = run_workload(sim, _workload(point["arrivals"])).summary
     checks = check(summ, slos, solos)
     return {**s, "summary": _medians([summ], point["tenants"] + ["all"]), "checks": checks,
             "slo_ratio": worst_ratio(checks), "meets": all(c["met"] for c in checks),
@@ -194,7 +197,7 @@ def tune(model, arrivals: list, slos: Sequence[SLO], *, objective: Optional[str]
          reprofile: bool = False, cost_model=None, baseline: bool = True, progress: bool = True,
          say: Callable[[str], None] = print, mapper: Optional[Callable] = None, calibrate: bool = True,
          scaled: Optional[Dict[str, float]] = None, grid_name: str = "standard", race: bool = True,
-         warm_up: Optional[bool] = None) -> dict:
+         warm_up: Optional[bool] = None, steady: bool = False) -> dict:
     """Tune ``model``'s serving settings for ``arrivals`` (a trace's
     :func:`mlxlab.core.traces.to_arrivals`) under ``slos``; returns the ``tune.json`` document
     (see the module docstring). ``cost_model``: use this one instead of the device profile.
@@ -208,7 +211,10 @@ def tune(model, arrivals: list, slos: Sequence[SLO], *, objective: Optional[str]
     (:func:`mlxlab.studies.tune.slo.settled`, from the second on; ``race`` in the document says when), so
     ``repeats`` is a ceiling; False runs them all. ``warm_up``: run each confirmed setting once before the
     confirmation, not kept (:func:`mlxlab.studies.tune.confirm.warm_runs`); None: where the device prepares
-    attention per shape (:func:`mlxlab.engine.fused.cold_keying`), whose first uses cost tens of ms a shape."""
+    attention per shape (:func:`mlxlab.engine.fused.cold_keying`), whose first uses cost tens of ms a shape.
+    ``steady``: score each setting as a server that has run it a while: simulated on its second run (the
+    first's shapes warm), confirmed after a warm-up (``warm_up`` then on), and, with :func:`sweep`'s
+    ``warm_each``, swept so."""
     from mlxlab.core.runner import run_workload
     from mlxlab.sim.simulator import Simulator
 
@@ -263,7 +269,7 @@ def tune(model, arrivals: list, slos: Sequence[SLO], *, objective: Optional[str]
     # the simulated grid: here, or on a cluster's workers through ``mapper`` (each point carries the
     # cost model, the model's limits and the trace: no MLX object travels)
     base_point = {"cost_model": cm, "limits": Simulator.limits_of(model), "arrivals": arrivals, "slos": list(slos),
-                  "solos": solos, "objective": objective, "tenants": tenants}
+                  "solos": solos, "objective": objective, "tenants": tenants, "steady": steady}
     points = [{**base_point, "setting": s} for s in grid]
     if mapper is not None:
         sim_rows = list(mapper(simulate_setting, points))
@@ -297,7 +303,7 @@ def tune(model, arrivals: list, slos: Sequence[SLO], *, objective: Optional[str]
         _fresh()
         return run_workload(_executor(model, c), _workload(arrivals)).summary
 
-    warmed = warm_runs(confirm, run_one=run_one, order=run_order, say=say) if wants_warm_up(warm_up) else None
+    warmed = warm_runs(confirm, run_one=run_one, order=run_order, say=say) if wants_warm_up(warm_up or steady) else None
     bar = _bar(repeats * len(confirm), "tune: confirming on the engine") if progress else None
     measured, raced = confirm_runs(confirm, repeats=repeats, run_one=run_one, order=run_order,
                                    row=lambda c, runs: _confirm_row(c, runs, tenants, slos, solos, objective),
@@ -330,7 +336,7 @@ def tune(model, arrivals: list, slos: Sequence[SLO], *, objective: Optional[str]
                         "cost_model": fitted.as_dict() if hasattr(fitted, "as_dict") else None},
             "calibration": calibration,
             "grid": sim_rows, "grid_name": grid_name, "same_schedule": same, "frontier": frontier, "confirmed": rows,
-            "choice": choice.as_dict(), "race": raced, "confirm_warm_up": warmed,
+            "choice": choice.as_dict(), "race": raced, "confirm_warm_up": warmed, "steady": steady,
             "vs_mlx_lm": vs_mlx_lm, "wall_s": {"profile": t_prof - t0, "solo": t_solo - t_prof,
                                                "simulate": t_sim - t_solo, "confirm": t_conf - t_sim,
                                                "total": time.perf_counter() - t0},
@@ -371,7 +377,8 @@ def serve_settings(path: str) -> dict:
 
 def sweep(model, arrivals: list, doc: dict, *, repeats: int = 3, progress: bool = True,
           say: Callable[[str], None] = print, deadline: Optional[float] = None,
-          on_progress: Optional[Callable[[dict], None]] = None, warm_up: bool = False) -> dict:
+          on_progress: Optional[Callable[[dict], None]] = None, warm_up: bool = False,
+          warm_each: Optional[set] = None) -> dict:
     """The exhaustive engine sweep of ``doc``'s grid on the same trace (``mlxlab tune --sweep``):
     every setting (one of each group the simulation ran as one schedule: ``doc["same_schedule"]``) ``repeats`` times, repeats outermost, in an order shuffled per repeat
     (:func:`run_order`), scored against the same SLOs (the solo figures tune measured) and
@@ -387,7 +394,11 @@ def sweep(model, arrivals: list, doc: dict, *, repeats: int = 3, progress: bool 
     H100 the first run of a resumed call took 125 s where its setting's others took 28-30 s, and
     167 s against 13 s in another file: ``data/results/h100/tune_llama-3.2-1b*.json``); the block
     says which setting warmed up and for how long (``warm_up``), and ``ran`` the ``[repeat, label]`` of
-    each run this call made, in order. Returns the ``sweep`` block of tune.json."""
+    each run this call made, in order. ``warm_each`` (a steady tune: ``doc["steady"]``): the labels this
+    process has run already (the fresh call's confirmed ones; none in a resumed call): every other setting
+    runs once, not kept, before its first kept run here (``warm_each`` in the block: label -> seconds), so
+    every kept run finds its shapes warm, as the steady simulation assumes; it replaces ``warm_up``.
+    Returns the ``sweep`` block of tune.json."""
     from mlxlab.core.runner import run_workload
 
     same = doc.get("same_schedule") or {}  # one schedule is replayed once: its first setting in grid order
@@ -403,26 +414,34 @@ def sweep(model, arrivals: list, doc: dict, *, repeats: int = 3, progress: bool 
             if len(runs[s["label"]]) <= r]
     if any(runs.values()):
         say(f"[tune] sweep: {sum(map(len, runs.values()))} runs stored ({done} whole repeat(s)); {len(left)} to run")
-    warm = None
-    if warm_up and left:
+    warm, each = None, {}
+    if warm_up and left and warm_each is None:
         t_run, label = time.perf_counter(), left[0][1]["label"]
         _fresh()
         run_workload(_engine(model, left[0][1]), _workload(arrivals))
         warm = {"label": label, "wall_s": time.perf_counter() - t_run}
         say(f"[tune] sweep: warmed the process up with one run of {label} ({warm['wall_s']:.1f} s, not kept)")
     ran: List[list] = []  # [repeat, label] of each run this process made, in order (its shapes' history)
-    extra = {"order": order, "ran": ran, **({"warm_up": warm} if warm else {})}
+    extra = {"order": order, "ran": ran, **({"warm_up": warm} if warm else {}),
+             **({"warm_each": each} if warm_each is not None else {})}
     bar = _bar(len(left), "tune: exhaustive engine sweep") if progress else None
     stopped = None
     for i, (r, s) in enumerate(left):
         # this setting's slowest run so far, else the slowest of any (settings differ several times over)
         slowest = max(took[s["label"]] or [w for v in took.values() for w in v], default=None)
-        if deadline is not None and slowest is not None and time.perf_counter() + slowest > deadline:
+        cold = warm_each is not None and s["label"] not in warm_each  # it runs twice: a warm-up, then the kept one
+        if deadline is not None and slowest is not None and time.perf_counter() + slowest * (1 + cold) > deadline:
             stopped = (f"at {sum(map(len, runs.values()))} of {len(grid) * repeats} runs: the next ({s['label']}, "
                        f"{slowest:.0f} s at its slowest) would have run past the time budget; `mlxlab tune --resume` "
                        f"runs the rest")
             say(f"[tune] sweep stopped {stopped}")
             break
+        if cold:
+            t_warm = time.perf_counter()
+            _fresh()
+            run_workload(_engine(model, s), _workload(arrivals))
+            each[s["label"]] = time.perf_counter() - t_warm
+            warm_each.add(s["label"])
         t_run = time.perf_counter()
         _fresh()
         runs[s["label"]].append(run_workload(_engine(model, s), _workload(arrivals)).summary)
@@ -437,24 +456,6 @@ def sweep(model, arrivals: list, doc: dict, *, repeats: int = 3, progress: bool 
     out = {**sweep_block(doc, grid, runs, took, repeats, stopped), **extra}
     say(f"[tune] sweep: {len(grid)} settings x {out['repeats']} whole repeats on the engine in {out['wall_s']:.1f} s")
     return out
-
-
-def run_order(items: Sequence, r: int, order: str = "shuffle") -> list:
-    """``items`` in the order repeat ``r`` runs them: ``"shuffle"``, a permutation drawn for that
-    repeat from a fixed seed (the same every run, so a resumed sweep runs the same order), or
-    ``"rotation"``, each repeat moved on by one (sweeps stored before 2026-12-06 #11). Under rotation a
-    setting follows the same one in nearly every repeat, and what ran before in the process moves a
-    setting's tail: on an H100, llama-1b's admission_gate-4096 gave the chat a 7.9 ms ITL p99 run
-    first and 50-71 ms in each repeat after the same predecessor (``data/results/h100/
-    tune_llama-3.2-1b_before_shape_cold.json``); a shuffle spreads that over the repeats' range."""
-    if order not in ("shuffle", "rotation"):
-        raise ValueError(f"order must be shuffle or rotation, got {order!r}")
-    items = list(items)
-    if order == "rotation" or not items:
-        k = r % len(items) if items else 0
-        return items[k:] + items[:k]
-    random.Random(f"mlxlab-tune-order:{r}").shuffle(items)
-    return items
 
 
 def _shares(prior: dict, n: int, settings: int) -> List[float]:
