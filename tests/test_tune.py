@@ -387,7 +387,8 @@ def test_mlxlab_tune_on_a_trace_ends_with_a_choice_a_serve_line_and_its_files(tm
     assert set(doc["confirm_warm_up"]["runs_s"]) == {r["label"] for r in doc["confirmed"]}
     assert all(len(r["repeat_ratios"]) == r["repeats"] and max(r["repeat_ratios"]) == pytest.approx(
         max(c["ratio"] for c in r["checks_worst"])) for r in doc["confirmed"]) and doc["parameters"]["warm_up"] == "on"
-    assert "warmed the process up with one run of each" in out.stdout
+    assert "warmed the process up with one run of each" in out.stdout and "after a run not kept" in out.stdout
+    assert doc["solo_runs"]["chat"]["warm_up_s"] > 0 and len(doc["solo_runs"]["chat"]["runs"]) == 2
     assert doc["solo"]["chat"] and doc["profile"]["cached"] is False and (path.parent / "tune.png").is_file()
     # the chat's solo runs are timed apart from the simulation (they are engine runs, not simulated ones)
     w = doc["wall_s"]
@@ -873,12 +874,62 @@ def test_the_confirmation_warms_up_each_setting_once_in_the_first_repeats_order_
 
     assert wants_warm_up() is False and wants_warm_up(True) is True  # this machine: the CPU
     monkeypatch.setattr(fused, "cold_keying", lambda: ("shape", 256, "cuDNN"))
-    assert wants_warm_up() is True and wants_warm_up(False) is False
+    assert wants_warm_up() is True and wants_warm_up(False) is False and wants_warm_up(None) is True
+    assert wants_warm_up(False, steady=True) is True  # a steady tune scores warm runs whatever it was told
     calls = []
     settings = [{"label": k, "policy": "interleave", "chunk_size": 64, "options": {}} for k in ("a", "b", "c")]
     out = warm_runs(settings, run_one=lambda s: calls.append(s["label"]), order=tune_run.run_order, say=lambda s: None)
     assert calls == [s["label"] for s in tune_run.run_order(settings, 0)] and sorted(calls) == ["a", "b", "c"]
     assert set(out["runs_s"]) == {"a", "b", "c"} and out["wall_s"] == pytest.approx(sum(out["runs_s"].values()))
+
+
+def test_tune_warms_its_solo_runs_and_confirmation_up_by_default_on_a_shape_keyed_device_and_not_elsewhere(monkeypatch):
+    """``tune(warm_up=None)`` (``--warm-up auto``) must warm up on a device that keys attention by shape: on
+    12-07 it asked ``wants_warm_up(warm_up or steady)``, which read auto as off, and the H100 confirmation ran
+    cold. The solo runs, whose figures set every relative bound, get one run not kept first too; each kept
+    solo run's figure is stored. On the CPU auto runs no extra run; ``steady`` always warms up."""
+    from types import SimpleNamespace
+
+    import mlxlab.core.runner as runner
+    import mlxlab.engine.fused as fused
+    import mlxlab.studies.tune.run as tune_run
+    from mlxlab.sim.simulator import Simulator
+    from probes.key_align_sim import load_point
+    from tests.test_warm_carry_sim import _doc
+
+    point = load_point(_doc(), "data/traces/samples")
+    ran, real = [], runner.run_workload
+
+    def fake_run(engine, workload):
+        if not isinstance(engine, str):  # the simulator's runs
+            return real(engine, workload)
+        ran.append((engine, workload.name))  # the solo runs replay the chat alone
+        return SimpleNamespace(summary=_full_summary(0.012 if workload.name == "chat" else 0.02, 0.5))
+
+    monkeypatch.setattr(runner, "run_workload", fake_run)
+    monkeypatch.setattr(tune_run, "_engine", lambda model, s: "solo")
+    monkeypatch.setattr(tune_run, "_executor", lambda model, s: s["label"])
+    monkeypatch.setattr(Simulator, "limits_of", staticmethod(lambda model: point["limits"]))
+    grid = [{"label": "interleave-64", "policy": "interleave", "chunk_size": 64, "options": {}}]
+
+    def run(**kw):
+        ran.clear()
+        doc = tune_run.tune(None, point["arrivals"], [parse_slo("chat.itl_p99<=3x")], grid=grid, top_k=1, repeats=2,
+                            cost_model=point["cost_model"], calibrate=False, progress=False, say=lambda s: None, **kw)
+        assert all((e == "solo") == (w == "chat") for e, w in ran)
+        return doc, [e for e, w in ran if e == "solo"], [e for e, w in ran if e != "solo"]
+
+    doc, solo, confirm = run()  # the CPU: auto is off
+    assert len(solo) == 2 and len(confirm) == 4 and doc["confirm_warm_up"] is None
+    assert doc["solo_runs"]["chat"] == {"warm_up_s": None, "runs": [{"itl_p99": 0.012}] * 2}
+    monkeypatch.setattr(fused, "cold_keying", lambda: ("shape", 256, "cuDNN"))
+    for kw in ({}, {"warm_up": True}, {"warm_up": False, "steady": True}):
+        doc, solo, confirm = run(**kw)
+        assert len(solo) == 3 and len(confirm) == 6 and sorted(confirm[:2]) == sorted(["interleave-64", BASELINE])
+        assert doc["solo_runs"]["chat"]["warm_up_s"] >= 0 and len(doc["solo_runs"]["chat"]["runs"]) == 2
+        assert set(doc["confirm_warm_up"]["runs_s"]) == {"interleave-64", BASELINE}
+    doc, solo, confirm = run(warm_up=False)  # told off: no extra run anywhere
+    assert len(solo) == 2 and len(confirm) == 4 and doc["confirm_warm_up"] is None
 
 
 def test_a_setting_the_repeats_put_out_sits_out_the_next_and_runs_again_once_the_pick_misses():

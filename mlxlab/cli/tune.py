@@ -64,9 +64,9 @@ def register(sub: argparse._SubParsersAction) -> None:
     tp.add_argument("--no-race", action="store_true",
                     help="confirm every setting --repeats times even where fewer already decide the choice")
     tp.add_argument("--warm-up", choices=("auto", "on", "off"), default="auto",
-                    help="run each confirmed setting once before the confirmation, not kept: its first uses of attention "
-                         "shapes then land in no kept run (auto: on where attention is prepared per shape, mlx's CUDA "
-                         "backend with cuDNN attention)")
+                    help="run each confirmed setting (and the solo runs' setting) once before the confirmation (the "
+                         "solo runs), not kept: its first uses of attention shapes then land in no kept run (auto: on "
+                         "where attention is prepared per shape, mlx's CUDA backend with cuDNN attention)")
     tp.add_argument("--steady", action="store_true",
                     help="score every setting as a server that has run it a while: simulated on its second run, each "
                          "engine run (confirmation and --sweep) after one of the same setting in that process, not kept "

@@ -76,12 +76,45 @@ def confirm_runs(settings: Sequence[dict], *, repeats: int, run_one: Callable[[d
     return measured, raced
 
 
-def wants_warm_up(warm_up: Optional[bool] = None) -> bool:
-    """Whether tune warms its confirmation up (:func:`warm_runs`): ``warm_up`` where given, else where
-    the default device prepares attention per exact shape (:func:`mlxlab.engine.fused.cold_keying`)."""
+def wants_warm_up(warm_up: Optional[bool] = None, steady: bool = False) -> bool:
+    """Whether tune warms its solo runs and confirmation up (:func:`solo_runs`, :func:`warm_runs`): always for a
+    ``steady`` tune, else ``warm_up`` where given (True or False), else (None: ``--warm-up auto``) where the default
+    device prepares attention per exact shape (:func:`mlxlab.engine.fused.cold_keying`). Until 12-07 tune asked
+    ``wants_warm_up(warm_up or steady)``, which turned auto (None) into off: the H100 tune of that day ran its
+    confirmation cold, each ``stall_free`` candidate's first repeat 1.3-2.2x its second."""
     from mlxlab.engine.fused import cold_keying
 
+    if steady:
+        return True
     return cold_keying()[0] == "shape" if warm_up is None else bool(warm_up)
+
+
+def solo_runs(metrics: Dict[str, Sequence[str]], *, repeats: int, run_solo: Callable[[str], dict],
+              medians: Callable[[Sequence[dict], List[str]], dict], warm: bool,
+              say: Callable[[str], None] = print) -> Tuple[Dict[str, dict], Dict[str, dict]]:
+    """Each tenant of ``metrics`` (tenant -> the metrics its relative SLOs name) alone on the engine
+    ``repeats`` times (``run_solo(tenant)``: one run's summary), after one run not kept where ``warm``: the
+    solo figures every relative SLO's bound and the decode calibration rest on, so a process's first uses
+    must not land in them. Returns the per-figure ``medians`` of each tenant's runs and, per tenant,
+    ``{"warm_up_s": seconds or None, "runs": [{metric: seconds}]}`` (each kept run's figures, in order)."""
+    import time
+
+    from mlxlab.studies.tune.slo import figure
+
+    solos: Dict[str, dict] = {}
+    record: Dict[str, dict] = {}
+    for t, names in metrics.items():
+        warm_s = None
+        if warm:
+            t0 = time.perf_counter()
+            run_solo(t)
+            warm_s = time.perf_counter() - t0
+        runs = [run_solo(t) for _ in range(repeats)]
+        solos[t] = medians(runs, ["all", t] if t != "all" else ["all"])
+        record[t] = {"warm_up_s": warm_s, "runs": [{m: figure(s, t, m) for m in names} for s in runs]}
+        say(f"[tune] {t} alone: " + ", ".join(f"{m} {figure(solos[t], t, m) * 1e3:.1f} ms" for m in names)
+            + (f" (after a run not kept, {warm_s:.1f} s)" if warm_s is not None else ""))
+    return solos, record
 
 
 def warm_runs(settings: Sequence[dict], *, run_one: Callable[[dict], dict],

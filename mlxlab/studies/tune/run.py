@@ -5,7 +5,8 @@ confirmed on the engine.
    ``data/profiles/cache/`` keyed by model, dtype, bits, device, mlx version and BLAS; measured
    again with ``reprofile``).
 2. **Solo figures**: each tenant that a relative SLO (``2x``) names runs alone on the engine, so
-   ``x`` means times what that tenant gets with the machine to itself, measured in this run.
+   ``x`` means times what that tenant gets with the machine to itself, measured in this run (after one run not
+   kept where the confirmation warms up: :func:`mlxlab.studies.tune.confirm.solo_runs`).
 3. **Simulate the grid** (:mod:`mlxlab.studies.tune.grid`: policies x chunk sizes x token budgets; the
    engine's overlap modes are not in it, as the simulator runs serial steps) on the trace, score
    each setting against the SLOs and the objective, keep the Pareto frontier.
@@ -32,7 +33,7 @@ from typing import Callable, Dict, List, Optional, Sequence
 
 from mlxlab.core.paths import data_dir
 from mlxlab.studies.tune.calibrate import REF, calibrate_from_solos
-from mlxlab.studies.tune.confirm import BASELINE, confirm_runs, wants_warm_up, warm_runs
+from mlxlab.studies.tune.confirm import BASELINE, confirm_runs, solo_runs, wants_warm_up, warm_runs
 from mlxlab.studies.tune.grid import default_grid, make_grid, same_schedule  # noqa: F401 - default_grid: the API
 from mlxlab.studies.tune.order import run_order  # noqa: F401 - the sweep's and confirmation's order (also an API)
 from mlxlab.studies.tune.slo import (SLO, check, choose, figure, objective_name, pareto, parse_objective, slo_table,
@@ -242,17 +243,15 @@ def tune(model, arrivals: list, slos: Sequence[SLO], *, objective: Optional[str]
     cm = prof["cost_model"]
     t_prof = time.perf_counter()
 
-    # solo figures: each tenant a relative SLO names, alone on the engine (default settings)
-    solos: Dict[str, dict] = {}
-    ref = REF
-    for t in solo_needed(slos):
-        runs = []
-        for _ in range(repeats):
-            _fresh()
-            runs.append(run_workload(_engine(model, ref), _workload(arrivals, t if t != "all" else None)).summary)
-        solos[t] = _medians(runs, ["all", t] if t != "all" else ["all"])
-        say(f"[tune] {t} alone: " + ", ".join(f"{m} {figure(solos[t], t, m) * 1e3:.1f} ms" for m in
-                                               sorted({s.metric for s in slos if s.tenant == t})))
+    # solo figures: each tenant a relative SLO names, alone on the engine (default settings), warm where the
+    # confirmation is (a cold first run would loosen every bound and inflate the calibrated decode cost)
+    def run_solo(t: str) -> dict:
+        _fresh()
+        return run_workload(_engine(model, REF), _workload(arrivals, t if t != "all" else None)).summary
+
+    warm = wants_warm_up(warm_up, steady=steady)
+    solos, solo_record = solo_runs({t: sorted({s.metric for s in slos if s.tenant == t}) for t in solo_needed(slos)},
+                                   repeats=repeats, run_solo=run_solo, medians=_medians, warm=warm, say=say)
     bounds = slo_table(slos, solos)
     samples = [support(s, arrivals) for s in slos]
     for sp in samples:
@@ -303,7 +302,7 @@ def tune(model, arrivals: list, slos: Sequence[SLO], *, objective: Optional[str]
         _fresh()
         return run_workload(_executor(model, c), _workload(arrivals)).summary
 
-    warmed = warm_runs(confirm, run_one=run_one, order=run_order, say=say) if wants_warm_up(warm_up or steady) else None
+    warmed = warm_runs(confirm, run_one=run_one, order=run_order, say=say) if warm else None
     bar = _bar(repeats * len(confirm), "tune: confirming on the engine") if progress else None
     measured, raced = confirm_runs(confirm, repeats=repeats, run_one=run_one, order=run_order,
                                    row=lambda c, runs: _confirm_row(c, runs, tenants, slos, solos, objective),
@@ -331,7 +330,7 @@ def tune(model, arrivals: list, slos: Sequence[SLO], *, objective: Optional[str]
                      "slo_ratio_mlx_lm": base["slo_ratio"], "slo_ratio_chosen": chosen["slo_ratio"]}
     return {"tenants": tenants, "slos": [s.text for s in slos], "bounds_s": bounds, "slo_samples": samples,
             "objective": objective,
-            "solo": solos, "profile": {"path": Path(prof["path"]).name if prof["path"] else None,
+            "solo": solos, "solo_runs": solo_record, "profile": {"path": Path(prof["path"]).name if prof["path"] else None,
                         **{k: prof[k] for k in ("cached", "grid", "wall_s")},
                         "cost_model": fitted.as_dict() if hasattr(fitted, "as_dict") else None},
             "calibration": calibration,
