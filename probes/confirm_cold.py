@@ -73,9 +73,19 @@ def settings_of(doc: dict) -> list:
     return out
 
 
+def device_of(doc: dict, path: str) -> tuple:
+    """``(platform, device kind)`` of a tune file: ``cuda`` for the GPUs, else the platform, with
+    ``_warmed_up`` after it where tune ran each candidate once, not kept, before the confirmation
+    (``confirm_warm_up``): those are counted apart from the cold ones."""
+    plat = (doc.get("environment") or {}).get("platform") or Path(path).parent.name
+    device = "cuda" if plat in ("h100", "h200") else plat
+    return plat, device + ("_warmed_up" if doc.get("confirm_warm_up") else "")
+
+
 def by_device(files: list) -> dict:
-    """Per device kind (``shape``: mlx's CUDA backend with cuDNN attention, which builds a graph per
-    attention shape; else the platform): confirmed settings, how many had their worst confirmation run
+    """Per device kind (``cuda``: mlx's CUDA backend with cuDNN attention, which builds a graph per
+    attention shape; else the platform; ``_warmed_up`` after it where tune ran each candidate once
+    before the confirmation): confirmed settings, how many had their worst confirmation run
     above every sweep run, how many would by chance (``by_chance``: were the two confirmation runs and
     the n sweep runs of a setting alike, the largest of them would be a confirmation run 2 / (n + 2) of
     the time), and the median of worst over the sweep's largest."""
@@ -103,9 +113,7 @@ def main(argv=None) -> int:
         if not rows:
             print(f"{path}: no sweep, no two-repeat confirmation, or named history; skipped")
             continue
-        env = doc.get("environment") or {}
-        plat = env.get("platform") or Path(path).parent.name
-        device = "cuda" if plat in ("h100", "h200") else plat
+        plat, device = device_of(doc, path)
         files.append({"tune": path, "platform": plat, "device": device, "settings": rows})
         for s in rows:
             print(f"{path[-48:]:48s} {s['label']:24s} worst {s['confirm_worst_s'] * 1e3:7.1f} ms  other "

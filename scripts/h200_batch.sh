@@ -187,6 +187,18 @@
 # 3-repeat sweeps (the chat x4 tunes' confirmations stayed at 2). Found: coder chat x4's confirmation ran each stall_free
 # candidate once 1.19-1.45x above every sweep run (and once below them), on the H200 file too (probes/confirm_cold.py):
 # tune now warms each candidate up once before confirming on such a device (--warm-up auto) and keeps each run's ratio.
+# 12-07 (#21): an H100 again (10:27 UTC), five calls at dcd06e8, 1,726 s of 1,800: coder chat x4 fresh (545 s) + resume
+# (199 s) + a third sweep repeat (249 s): the new h100/tune_qwen2.5-coder-1.5b_chat_x4.json (the earlier one kept as
+# *_before_repeat_ratios.json). --warm-up auto did NOT warm up (a bug, fixed in 43e3342): its repeat_ratios show each
+# candidate's first repeat 1.3-2.2x its second; its solo chat p99 was 36.7 ms against 22.4 and 24.3 in the other two
+# tunes (the solo runs now warm up too). Then TUNE_STEADY=1 on coder chat x4: fresh (521 s; confirmation warmed up,
+# repeats within 0.87-1.07x of each other) and a 106 s resume: 8 of 22 steady sweep runs stored.
+#   next (any card): finish h100/tune_qwen2.5-coder-1.5b_chat_x4_steady.json: TUNE_STEADY=1 TUNE_CHAT_SCALE=4
+#      TUNE_REPEATS=2 T_TUNE=560 TUNE_MODEL=qwen2.5-coder-1.5b (no TUNE_FRESH: it resumes; each setting runs twice a
+#      process, ~30 s a pair: ~14 pairs left, ~2 calls); on an H200 write its own file (the same, with TUNE_FRESH=1 first).
+#   next (any card): coder chat x4 with the warm-up that now works: rename h100/tune_qwen2.5-coder-1.5b_chat_x4.json to
+#      *_before_warm_up.json, then TUNE_FRESH=1 TUNE_CHAT_SCALE=4 TUNE_REPEATS=2 T_TUNE=560 and a resume (the log must
+#      say "after a run not kept" for the solo and "warmed the process up" for the confirmation).
 #   then (any card; an experiment, ~3 calls a model): TUNE_STEADY=1 TUNE_CHAT_SCALE=4 TUNE_REPEATS=2 TUNE_FRESH=1 T_TUNE=560
 #      (writes tune_MODEL_chat_x4_steady.json; then resumes): every kept run warm and the simulation on second runs, so
 #      tau compares like with like; the sweep's warm-ups double a resume call's cost. Whether tau and regret then hold.

@@ -1,7 +1,7 @@
 """probes/confirm_cold.py: a two-repeat confirmation's runs told apart from its medians and set against
 the sweep's runs of the same setting, per device kind."""
 
-from probes.confirm_cold import by_device, settings_of
+from probes.confirm_cold import by_device, device_of, settings_of
 from tests.test_tune import _full_summary
 
 
@@ -28,3 +28,10 @@ def test_the_confirmations_other_run_is_twice_the_median_less_the_worst_and_a_co
     assert summary["cpu"]["settings"] == summary["cuda"]["settings"] == 1
     assert summary["cuda"]["by_chance"] == 0.5  # two confirmation runs beside two sweep runs: the largest, 2 in 4
     assert settings_of({**_doc(0.09, 0.07, [0.06]), "sweep": {}}) == []  # no sweep: nothing to set against
+
+
+def test_a_warmed_up_confirmation_is_counted_apart_from_the_cold_ones_of_its_device():
+    doc = {"environment": {"platform": "h100"}}
+    assert device_of(doc, "data/results/h100/tune.json") == ("h100", "cuda")
+    assert device_of({**doc, "confirm_warm_up": {"wall_s": 1.0}}, "x/tune.json") == ("h100", "cuda_warmed_up")
+    assert device_of({"confirm_warm_up": None}, "data/results/cpu/tune.json") == ("cpu", "cpu")

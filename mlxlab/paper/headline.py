@@ -124,6 +124,7 @@ def tune_markdown(results: Path) -> str:
                                                                or {}).items()))  # --output-scale
         grid = (doc.get("parameters") or {}).get("grid")
         more += f"; {grid} grid" if grid and grid != "standard" else ""
+        more += "; steady" if doc.get("steady") else ""  # every setting scored on warm runs (tune --steady)
         lines.append(f"| {path.parent.name} | {model} | `{tr.get('path', '?')}` ({_f(tr.get('requests'))}{more}) | "
                      f"{', '.join(doc.get('slos') or [])} | {ch.get('label', '?')}"
                      f"{'' if ch.get('meets') else ' (meets no SLO set)'} | "
