@@ -193,6 +193,7 @@
 # candidate's first repeat 1.3-2.2x its second; its solo chat p99 was 36.7 ms against 22.4 and 24.3 in the other two
 # tunes (the solo runs now warm up too). Then TUNE_STEADY=1 on coder chat x4: fresh (521 s; confirmation warmed up,
 # repeats within 0.87-1.07x of each other) and a 106 s resume: 8 of 22 steady sweep runs stored.
+#   Tune now also takes at least 5 solo runs (SOLO_REPEATS; 2 before): ~3 more runs of ~14 s on coder-1.5b per fresh tune.
 #   next (any card): finish h100/tune_qwen2.5-coder-1.5b_chat_x4_steady.json: TUNE_STEADY=1 TUNE_CHAT_SCALE=4
 #      TUNE_REPEATS=2 T_TUNE=560 TUNE_MODEL=qwen2.5-coder-1.5b (no TUNE_FRESH: it resumes; each setting runs twice a
 #      process, ~30 s a pair: ~14 pairs left, ~2 calls); on an H200 write its own file (the same, with TUNE_FRESH=1 first).

@@ -919,17 +919,18 @@ def test_tune_warms_its_solo_runs_and_confirmation_up_by_default_on_a_shape_keye
         assert all((e == "solo") == (w == "chat") for e, w in ran)
         return doc, [e for e, w in ran if e == "solo"], [e for e, w in ran if e != "solo"]
 
-    doc, solo, confirm = run()  # the CPU: auto is off
-    assert len(solo) == 2 and len(confirm) == 4 and doc["confirm_warm_up"] is None
-    assert doc["solo_runs"]["chat"] == {"warm_up_s": None, "runs": [{"itl_p99": 0.012}] * 2}
+    doc, solo, confirm = run()  # the CPU: auto is off; the solo runs, 5 at least (SOLO_REPEATS) where not quick
+    assert len(solo) == 5 and len(confirm) == 4 and doc["confirm_warm_up"] is None
+    assert doc["solo_runs"]["chat"] == {"warm_up_s": None, "runs": [{"itl_p99": 0.012}] * 5}
+    assert len(run(solo_repeats=2)[1]) == 2 and len(run(quick=True)[1]) == 2  # told, or quick: as many as asked
     monkeypatch.setattr(fused, "cold_keying", lambda: ("shape", 256, "cuDNN"))
     for kw in ({}, {"warm_up": True}, {"warm_up": False, "steady": True}):
         doc, solo, confirm = run(**kw)
-        assert len(solo) == 3 and len(confirm) == 6 and sorted(confirm[:2]) == sorted(["interleave-64", BASELINE])
-        assert doc["solo_runs"]["chat"]["warm_up_s"] >= 0 and len(doc["solo_runs"]["chat"]["runs"]) == 2
+        assert len(solo) == 6 and len(confirm) == 6 and sorted(confirm[:2]) == sorted(["interleave-64", BASELINE])
+        assert doc["solo_runs"]["chat"]["warm_up_s"] >= 0 and len(doc["solo_runs"]["chat"]["runs"]) == 5
         assert set(doc["confirm_warm_up"]["runs_s"]) == {"interleave-64", BASELINE}
     doc, solo, confirm = run(warm_up=False)  # told off: no extra run anywhere
-    assert len(solo) == 2 and len(confirm) == 4 and doc["confirm_warm_up"] is None
+    assert len(solo) == 5 and len(confirm) == 4 and doc["confirm_warm_up"] is None
 
 
 def test_a_setting_the_repeats_put_out_sits_out_the_next_and_runs_again_once_the_pick_misses():

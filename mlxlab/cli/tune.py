@@ -61,6 +61,10 @@ def register(sub: argparse._SubParsersAction) -> None:
     tp.add_argument("--repeats", type=positive_int, default=3,
                     help="engine replays per confirmed setting (>= 2): at most, as a setting its repeats put out of the "
                          "choice sits out the next and the confirmation stops once they decide it; the sweep's, all")
+    tp.add_argument("--solo-repeats", type=positive_int, default=None,
+                    help="runs of each tenant alone whose median sets its relative (x) bounds (default: --repeats, at "
+                         "least 5 but with --quick: on the CPU the median of 2 runs moved 1.3-1.4x between random pairs of 20 runs, of 5 "
+                         "1.2x; probes/solo_estimators.py)")
     tp.add_argument("--no-race", action="store_true",
                     help="confirm every setting --repeats times even where fewer already decide the choice")
     tp.add_argument("--warm-up", choices=("auto", "on", "off"), default="auto",
@@ -159,6 +163,7 @@ def _parameters(args) -> dict:
     params["race"] = not getattr(args, "no_race", False)
     params["warm_up"] = getattr(args, "warm_up", "auto")
     params["steady"] = bool(getattr(args, "steady", False))
+    params["solo_repeats"] = getattr(args, "solo_repeats", None)
     if params["trace"]:
         params["trace"] = Path(args.trace).name
         sys.argv = [Path(a).name if a == args.trace else a for a in sys.argv]
@@ -279,7 +284,8 @@ def cli_tune(args: argparse.Namespace) -> int:
     common = dict(objective=args.objective, top_k=args.top_k, repeats=args.repeats, quick=args.quick,
                   reprofile=args.reprofile, baseline=not args.no_baseline, say=say, calibrate=not args.no_calibrate,
                   scaled=args.output_scale, grid_name=args.grid, race=not args.no_race,
-                  warm_up={"auto": None, "on": True, "off": False}[args.warm_up], steady=args.steady)
+                  warm_up={"auto": None, "on": True, "off": False}[args.warm_up], steady=args.steady,
+                  solo_repeats=args.solo_repeats)
     if args.cluster:
         with open_sweep(args.cluster) as cluster:
             doc = tune(model, arrivals, slos, mapper=cluster.mapper(timed=False, desc="tune: simulating"), **common)

@@ -246,6 +246,9 @@ def render_markdown(store: Optional[ResultsStore] = None, template: Optional[Pat
     env.tests["history"] = is_history  # like(...) | reject("history"): the current files only
     helpers = Helpers(store)
     env.globals.update(helpers.globals())
+    from mlxlab.studies.tune.confirm import SOLO_REPEATS
+
+    env.globals["SOLO_REPEATS"] = SOLO_REPEATS  # tune's rule, not a measurement: the paper cites it as the code has it
     name = "<source>" if source is not None else template.name
     try:
         tpl = env.from_string(source) if source is not None else env.get_template(template.name)

@@ -27,6 +27,11 @@ from __future__ import annotations
 from typing import Callable, Dict, List, Optional, Sequence, Tuple
 
 BASELINE = "mlx_lm.BatchGenerator"
+# the fewest solo runs whose median sets a relative bound: on the CPU, over random sets of k of 20 solo runs of the
+# chat (probes/solo_estimators.py, data/results/cpu/solo_estimators*.json), the median's 10-90% range was 17-22% of
+# it at k=2 and 12-13% at k=5; pooling the runs' gaps instead was steadier on the 119-gap trace and less steady on
+# the 1,015-gap one, so the median stays
+SOLO_REPEATS = 5
 
 
 def confirm_runs(settings: Sequence[dict], *, repeats: int, run_one: Callable[[dict], dict],

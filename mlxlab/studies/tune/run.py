@@ -33,7 +33,8 @@ from typing import Callable, Dict, List, Optional, Sequence
 
 from mlxlab.core.paths import data_dir
 from mlxlab.studies.tune.calibrate import REF, calibrate_from_solos
-from mlxlab.studies.tune.confirm import BASELINE, confirm_runs, solo_runs, wants_warm_up, warm_runs
+from mlxlab.studies.tune.confirm import (BASELINE, SOLO_REPEATS, confirm_runs, solo_runs, wants_warm_up,
+                                        warm_runs)
 from mlxlab.studies.tune.grid import default_grid, make_grid, same_schedule  # noqa: F401 - default_grid: the API
 from mlxlab.studies.tune.order import run_order  # noqa: F401 - the sweep's and confirmation's order (also an API)
 from mlxlab.studies.tune.slo import (SLO, check, choose, figure, objective_name, pareto, parse_objective, slo_table,
@@ -198,7 +199,7 @@ def tune(model, arrivals: list, slos: Sequence[SLO], *, objective: Optional[str]
          reprofile: bool = False, cost_model=None, baseline: bool = True, progress: bool = True,
          say: Callable[[str], None] = print, mapper: Optional[Callable] = None, calibrate: bool = True,
          scaled: Optional[Dict[str, float]] = None, grid_name: str = "standard", race: bool = True,
-         warm_up: Optional[bool] = None, steady: bool = False) -> dict:
+         warm_up: Optional[bool] = None, steady: bool = False, solo_repeats: Optional[int] = None) -> dict:
     """Tune ``model``'s serving settings for ``arrivals`` (a trace's
     :func:`mlxlab.core.traces.to_arrivals`) under ``slos``; returns the ``tune.json`` document
     (see the module docstring). ``cost_model``: use this one instead of the device profile.
@@ -215,7 +216,8 @@ def tune(model, arrivals: list, slos: Sequence[SLO], *, objective: Optional[str]
     attention per shape (:func:`mlxlab.engine.fused.cold_keying`), whose first uses cost tens of ms a shape.
     ``steady``: score each setting as a server that has run it a while: simulated on its second run (the
     first's shapes warm), confirmed after a warm-up (``warm_up`` then on), and, with :func:`sweep`'s
-    ``warm_each``, swept so."""
+    ``warm_each``, swept so. ``solo_repeats``: runs of each tenant alone (default ``repeats``, at least
+    :data:`mlxlab.studies.tune.confirm.SOLO_REPEATS` but in ``quick`` mode)."""
     from mlxlab.core.runner import run_workload
     from mlxlab.sim.simulator import Simulator
 
@@ -251,7 +253,8 @@ def tune(model, arrivals: list, slos: Sequence[SLO], *, objective: Optional[str]
 
     warm = wants_warm_up(warm_up, steady=steady)
     solos, solo_record = solo_runs({t: sorted({s.metric for s in slos if s.tenant == t}) for t in solo_needed(slos)},
-                                   repeats=repeats, run_solo=run_solo, medians=_medians, warm=warm, say=say)
+                                   repeats=solo_repeats or (repeats if quick else max(repeats, SOLO_REPEATS)), run_solo=run_solo,
+                                   medians=_medians, warm=warm, say=say)
     bounds = slo_table(slos, solos)
     samples = [support(s, arrivals) for s in slos]
     for sp in samples:
