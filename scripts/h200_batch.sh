@@ -200,6 +200,9 @@
 #   next (any card): coder chat x4 with the warm-up that now works: rename h100/tune_qwen2.5-coder-1.5b_chat_x4.json to
 #      *_before_warm_up.json, then TUNE_FRESH=1 TUNE_CHAT_SCALE=4 TUNE_REPEATS=2 T_TUNE=560 and a resume (the log must
 #      say "after a run not kept" for the solo and "warmed the process up" for the confirmation).
+#   later (H100): why the simulator puts stall_free's chat p99 ~1.35x above the warm engine's (the steady file: 77 ms
+#      simulated, 57 ms measured for stall_free-512): TAIL_MODEL=qwen2.5-coder-1.5b TAIL_SETTINGS="stall_free-512
+#      stall_free-1024" bash scripts/h200_batch.sh tail (engine and cost model step by step, chat x1 and x4; ~2 x 250 s).
 #   then (any card; an experiment, ~3 calls a model): TUNE_STEADY=1 TUNE_CHAT_SCALE=4 TUNE_REPEATS=2 TUNE_FRESH=1 T_TUNE=560
 #      (writes tune_MODEL_chat_x4_steady.json; then resumes): every kept run warm and the simulation on second runs, so
 #      tau compares like with like; the sweep's warm-ups double a resume call's cost. Whether tau and regret then hold.

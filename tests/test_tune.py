@@ -6,6 +6,7 @@ model from a trace file to a recommendation."""
 import argparse
 import json
 import os
+import re
 import subprocess
 import sys
 from pathlib import Path
@@ -388,6 +389,7 @@ def test_mlxlab_tune_on_a_trace_ends_with_a_choice_a_serve_line_and_its_files(tm
     assert all(len(r["repeat_ratios"]) == r["repeats"] and max(r["repeat_ratios"]) == pytest.approx(
         max(c["ratio"] for c in r["checks_worst"])) for r in doc["confirmed"]) and doc["parameters"]["warm_up"] == "on"
     assert "warmed the process up with one run of each" in out.stdout and "after a run not kept" in out.stdout
+    assert re.search(r"chat alone: itl_p99 [\d.]+ ms \(median of 2 runs, [\d.]+-[\d.]+ ms\)", out.stdout)
     assert doc["solo_runs"]["chat"]["warm_up_s"] > 0 and len(doc["solo_runs"]["chat"]["runs"]) == 2
     assert doc["solo"]["chat"] and doc["profile"]["cached"] is False and (path.parent / "tune.png").is_file()
     # the chat's solo runs are timed apart from the simulation (they are engine runs, not simulated ones)

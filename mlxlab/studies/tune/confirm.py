@@ -117,9 +117,18 @@ def solo_runs(metrics: Dict[str, Sequence[str]], *, repeats: int, run_solo: Call
         runs = [run_solo(t) for _ in range(repeats)]
         solos[t] = medians(runs, ["all", t] if t != "all" else ["all"])
         record[t] = {"warm_up_s": warm_s, "runs": [{m: figure(s, t, m) for m in names} for s in runs]}
-        say(f"[tune] {t} alone: " + ", ".join(f"{m} {figure(solos[t], t, m) * 1e3:.1f} ms" for m in names)
+        say(f"[tune] {t} alone: " + ", ".join(f"{m} {figure(solos[t], t, m) * 1e3:.1f} ms{_range(record[t]['runs'], m)}"
+                                              for m in names)
             + (f" (after a run not kept, {warm_s:.1f} s)" if warm_s is not None else ""))
     return solos, record
+
+
+def _range(runs: List[dict], metric: str) -> str:
+    """`` (median of N runs, a-b ms)``: how far the solo runs behind a bound lay apart, for the log."""
+    vals = [r[metric] for r in runs if r.get(metric) is not None]
+    if len(vals) < 2:
+        return ""
+    return f" (median of {len(vals)} runs, {min(vals) * 1e3:.1f}-{max(vals) * 1e3:.1f} ms)"
 
 
 def warm_runs(settings: Sequence[dict], *, run_one: Callable[[dict], dict],
