@@ -38,6 +38,18 @@ def parser(doc: str, name: Optional[str], *, model: Optional[str] = "small") -> 
     return p
 
 
+def over_tunes(doc: str, name: str, tunes_help: str) -> argparse.ArgumentParser:
+    """The parser of a probe that reads stored tune files: its docstring as the help, the files
+    (``tunes``, described by ``tunes_help``) and ``--save`` (write ``data/results/sim-tune/NAME.json``,
+    committed, instead of a run folder); add the probe's own options, then :func:`parse`."""
+    p = argparse.ArgumentParser(prog=f"python -m probes.{name}", description=doc,
+                                formatter_class=argparse.RawDescriptionHelpFormatter)
+    p.add_argument("tunes", nargs="+", help=tunes_help)
+    p.add_argument("--save", action="store_true", help=f"write data/results/sim-tune/{name}.json (committed), not a "
+                                                       "run folder")
+    return p
+
+
 def parse(p: argparse.ArgumentParser, argv: Optional[Sequence[str]] = None) -> argparse.Namespace:
     """Restart with the fast BLAS if that changes anything, then parse; ``args.started`` is the
     clock the saved ``wall_s`` counts from."""

@@ -24,7 +24,6 @@ Prints a table and writes ``confirm_cold.json`` to a new run folder, or with ``-
 
 from __future__ import annotations
 
-import argparse
 import json
 import statistics
 import sys
@@ -34,11 +33,8 @@ from probes import common
 
 
 def parse_args(argv=None):
-    p = argparse.ArgumentParser(prog="python -m probes.confirm_cold", description=__doc__,
-                                formatter_class=argparse.RawDescriptionHelpFormatter)
-    p.add_argument("tunes", nargs="+", help="tune.json files (those without a sweep or with other than 2 "
-                                            "confirmation repeats are skipped, said so)")
-    p.add_argument("--save", action="store_true", help="write data/results/sim-tune/confirm_cold.json (committed)")
+    p = common.over_tunes(__doc__, "confirm_cold", "tune.json files (those without a sweep or with other than 2 "
+                                                  "confirmation repeats are skipped, said so)")
     return common.parse(p, argv)
 
 

@@ -29,7 +29,6 @@ Prints a table and writes ``confirm_race_sim.json`` to a new run folder
 
 from __future__ import annotations
 
-import argparse
 import json
 import statistics
 import sys
@@ -39,12 +38,9 @@ from probes import common
 
 
 def parse_args(argv=None):
-    p = argparse.ArgumentParser(prog="python -m probes.confirm_race_sim", description=__doc__,
-                                formatter_class=argparse.RawDescriptionHelpFormatter)
-    p.add_argument("tunes", nargs="+", help="tune.json files with a sweep (others are skipped, said so)")
+    p = common.over_tunes(__doc__, "confirm_race_sim", "tune.json files with a sweep (others are skipped, said so)")
     p.add_argument("--min-repeats", type=int, nargs="+", default=[2], help="the race's first stopping point(s)")
     p.add_argument("--late", type=int, default=5, help="the sweep repeats a file needs for later_misses (its last is the one looked at)")
-    p.add_argument("--save", action="store_true", help="write data/results/sim-tune/confirm_race_sim.json (committed)")
     return common.parse(p, argv)
 
 

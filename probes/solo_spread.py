@@ -23,7 +23,6 @@ Prints a table and writes ``solo_spread.json`` to a new run folder, or with ``--
 
 from __future__ import annotations
 
-import argparse
 import json
 import statistics
 import sys
@@ -33,10 +32,7 @@ from probes import common
 
 
 def parse_args(argv=None):
-    p = argparse.ArgumentParser(prog="python -m probes.solo_spread", description=__doc__,
-                                formatter_class=argparse.RawDescriptionHelpFormatter)
-    p.add_argument("tunes", nargs="+", help="tune.json files (those without a relative SLO are skipped)")
-    p.add_argument("--save", action="store_true", help="write data/results/sim-tune/solo_spread.json (committed)")
+    p = common.over_tunes(__doc__, "solo_spread", "tune.json files (those without a relative SLO are skipped)")
     return common.parse(p, argv)
 
 

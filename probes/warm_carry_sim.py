@@ -35,7 +35,6 @@ Prints a table and writes ``warm_carry_sim.json`` to a new run folder
 
 from __future__ import annotations
 
-import argparse
 import json
 import statistics
 import sys
@@ -48,12 +47,8 @@ WAYS = ("fresh", "carried", "steady")
 
 
 def parse_args(argv=None):
-    p = argparse.ArgumentParser(prog="python -m probes.warm_carry_sim", description=__doc__,
-                                formatter_class=argparse.RawDescriptionHelpFormatter)
-    p.add_argument("tunes", nargs="+", help="tune.json files with a whole sweep and profile.cost_model")
+    p = common.over_tunes(__doc__, "warm_carry_sim", "tune.json files with a whole sweep and profile.cost_model")
     p.add_argument("--traces", default="data/traces/samples", help="the folder holding the tunes' trace files")
-    p.add_argument("--save", action="store_true",
-                   help="write data/results/sim-tune/warm_carry_sim.json (the paper's), not a run folder")
     return common.parse(p, argv)
 
 
