@@ -63,8 +63,8 @@ def register(sub: argparse._SubParsersAction) -> None:
                          "choice sits out the next and the confirmation stops once they decide it; the sweep's, all")
     tp.add_argument("--solo-repeats", type=positive_int, default=None,
                     help="runs of each tenant alone whose median sets its relative (x) bounds (default: --repeats, at "
-                         "least 5 but with --quick: on the CPU the median of 2 runs moved 1.3-1.4x between random pairs of 20 runs, of 5 "
-                         "1.2x; probes/solo_estimators.py)")
+                         "least 5 but with --quick: on the CPU the median of 2 of 20 runs moved over a 17-22%% band between "
+                         "random draws, that of 5 over 12-13%%; probes/solo_estimators.py)")
     tp.add_argument("--no-race", action="store_true",
                     help="confirm every setting --repeats times even where fewer already decide the choice")
     tp.add_argument("--warm-up", choices=("auto", "on", "off"), default="auto",

@@ -252,9 +252,9 @@ def tune(model, arrivals: list, slos: Sequence[SLO], *, objective: Optional[str]
         return run_workload(_engine(model, REF), _workload(arrivals, t if t != "all" else None)).summary
 
     warm = wants_warm_up(warm_up, steady=steady)
+    n_solo = solo_repeats or (repeats if quick else max(repeats, SOLO_REPEATS))
     solos, solo_record = solo_runs({t: sorted({s.metric for s in slos if s.tenant == t}) for t in solo_needed(slos)},
-                                   repeats=solo_repeats or (repeats if quick else max(repeats, SOLO_REPEATS)), run_solo=run_solo,
-                                   medians=_medians, warm=warm, say=say)
+                                   repeats=n_solo, run_solo=run_solo, medians=_medians, warm=warm, say=say)
     bounds = slo_table(slos, solos)
     samples = [support(s, arrivals) for s in slos]
     for sp in samples:
@@ -333,7 +333,8 @@ def tune(model, arrivals: list, slos: Sequence[SLO], *, objective: Optional[str]
                      "slo_ratio_mlx_lm": base["slo_ratio"], "slo_ratio_chosen": chosen["slo_ratio"]}
     return {"tenants": tenants, "slos": [s.text for s in slos], "bounds_s": bounds, "slo_samples": samples,
             "objective": objective,
-            "solo": solos, "solo_runs": solo_record, "profile": {"path": Path(prof["path"]).name if prof["path"] else None,
+            "solo": solos, "solo_runs": solo_record,
+            "profile": {"path": Path(prof["path"]).name if prof["path"] else None,
                         **{k: prof[k] for k in ("cached", "grid", "wall_s")},
                         "cost_model": fitted.as_dict() if hasattr(fitted, "as_dict") else None},
             "calibration": calibration,
