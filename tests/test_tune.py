@@ -318,6 +318,29 @@ def test_calibration_uses_the_first_solo_run_with_an_itl_and_skips_without_one()
     assert calibrate_from_solos(cm, arrivals, limits, {}) == (cm, None)
 
 
+def test_calibration_brackets_a_p50_that_jumps_and_never_ends_farther_than_it_began():
+    """The solo p50 grows with decode_step in steps (the chats' decodes meet or part): adding the gap five
+    times over, as tune did until 12-07, ended 3.3 ms off on a CPU tune that began 2.4 ms off. The search
+    brackets the measured p50, bisects, and keeps the closest point it simulated."""
+    from mlxlab.core.costmodel import FEATURES, StepCostModel
+    from mlxlab.studies.tune.calibrate import calibrate_decode
+
+    i = FEATURES.index("decode_step")
+    cm = StepCostModel.from_coefficients({"decode_step": 0.010, "prefill_tokens": 1e-5})
+    # p50 = decode_step + 1 ms, and 4 ms more once decode_step passes 11 ms (no point gives 13.35 ms)
+    jump = lambda m: m.coef[i] + 0.001 + (0.004 if m.coef[i] > 0.011 else 0.0)  # noqa: E731
+    out, rec = calibrate_decode(cm, [], {}, "chat", 0.01335, simulate=jump)
+    before, after = rec["simulated_itl_p50_s"]
+    assert before == pytest.approx(0.011) and abs(after - 0.01335) <= abs(before - 0.01335)
+    assert after == pytest.approx(0.012, abs=1e-5) and out.coef[i] == pytest.approx(rec["decode_step_s"][1])
+    smooth = lambda m: 2 * m.coef[i]  # noqa: E731 - twice as steep: the old loop overshot and swung
+    out, rec = calibrate_decode(cm, [], {}, "chat", 0.030, simulate=smooth)
+    assert rec["simulated_itl_p50_s"][1] == pytest.approx(0.030, abs=1e-6) and out.coef[i] == pytest.approx(0.015)
+    # above the measured p50 even at no decode cost: the closest is 0, never below
+    out, rec = calibrate_decode(cm, [], {}, "chat", 0.0005, simulate=jump)
+    assert rec["decode_step_s"][1] == 0.0 and rec["simulated_itl_p50_s"][1] == pytest.approx(0.001)
+
+
 def test_output_scale_takes_tenant_equals_factor_and_refuses_a_preset(monkeypatch, capsys):
     from mlxlab.cli import main
     from mlxlab.cli.tune import tenant_factor
