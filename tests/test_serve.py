@@ -252,6 +252,31 @@ def test_stop_returns_only_once_the_engine_os_thread_has_exited(tiny):
         assert not Path(f"/proc/self/task/{tid}").exists()
 
 
+def test_a_request_counts_as_ended_before_its_stream_hears_done(tiny, monkeypatch):
+    """A client that sends its next request the moment one ends must find the slot free under
+    --max-in-flight: the worker drops the request from its counts before it tells the stream (CI once
+    read outstanding 1 after every answer had arrived)."""
+    from mlxlab.serve.worker import Stream
+
+    seen, put = [], Stream.put
+    srv = serve.build(tiny, model_name="tiny", chunk_size=64, max_in_flight=1)
+
+    def spy(self, *event):
+        if event and event[0] in ("done", "error"):
+            seen.append((event[0], srv.worker.outstanding, srv.worker.in_flight))
+        put(self, *event)
+
+    monkeypatch.setattr(Stream, "put", spy)
+    url, stop = serve.start_background(srv)
+    try:
+        for i in range(2):  # one after the other under a limit of one: both admitted
+            r = httpx.post(url + "/v1/completions", json={"model": "tiny", "prompt": f"x{i}", "max_tokens": 4})
+            assert r.status_code == 200
+    finally:
+        stop()
+    assert seen[:2] == [("done", 0, 0), ("done", 0, 0)]
+
+
 def test_a_burst_cannot_pass_max_in_flight(tiny):
     """Six requests at once under --max-in-flight 2: the limit counts a request from its submit on
     the event loop, not from when the engine thread takes it, so exactly two are admitted (the

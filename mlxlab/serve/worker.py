@@ -121,10 +121,11 @@ class EngineWorker:
             self._publish()
         except BaseException as e:  # noqa: BLE001 - every stream hears of it, then the server reports it
             self.error = e
-            for stream in self._live.values():
-                stream.put("error", f"the engine failed: {e!r}", None)
-            self._ended += len(self._live)
+            failed = list(self._live.values())
+            self._ended += len(failed)  # ended before their streams say so, as in _publish
             self._live.clear()
+            for stream in failed:
+                stream.put("error", f"the engine failed: {e!r}", None)
         finally:
             close = getattr(eng, "close", None)
             if close is not None:
@@ -181,7 +182,9 @@ class EngineWorker:
                 self.metrics.finished(req)
                 if self.recorder is not None and req.output_tokens:  # a request refused or cancelled before
                     self.recorder.write(req)  # its first token cost no decode: nothing to replay
-                stream.put("done", req.finish_reason)
+                # counted as ended before the stream says so: a client that sends its next request the moment
+                # this one ends must find the slot free under --max-in-flight (CI saw outstanding 1 after the answer)
                 del self._live[rid]
                 self._ended += 1
+                stream.put("done", req.finish_reason)
         self.metrics.queues(len(self._live))
