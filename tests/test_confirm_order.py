@@ -1,0 +1,57 @@
+"""probes/confirm_order.py and probes/sweep_processes.py: a stored tune's runs put back in the order and the
+process they ran in, from its fixed per-repeat shuffles and its sweep's per-call records."""
+
+from probes.confirm_order import confirmation_sequence, runs_of, summarize
+from probes.sweep_processes import compare, processes_of
+from tests.test_tune import _full_summary
+
+BASE = "mlx_lm.BatchGenerator"
+
+
+def _tune(warm: bool, ratios=None):
+    labels = ["s-256", "s-512", "s-1024"]
+    ratios = ratios or {lb: [1.0, 1.0] for lb in labels}
+    rows = [{"label": lb, "policy": "stall_free", "repeat_ratios": ratios[lb]} for lb in labels]
+    rows.append({"label": BASE, "policy": BASE, "repeat_ratios": [4.0, 4.0]})
+    return {"slos": ["chat.itl_p99<=3x"], "choice": {"binding": "chat.itl_p99<=3x"},
+            "bounds_s": {"chat.itl_p99<=3x": 0.1}, "confirmed": rows,
+            "confirm_warm_up": {"wall_s": 1.0} if warm else None,
+            "sweep": {"runs": {lb: [_full_summary(0.05, 0.5), _full_summary(0.05, 0.5)] for lb in labels}}}
+
+
+def test_three_candidates_and_the_baseline_put_the_third_first_in_every_repeat_right_after_the_baseline():
+    # the seeds are fixed per repeat: this is the order every such tune on the GPUs ran (its warm-up in repeat 0's)
+    seq = confirmation_sequence(_tune(warm=True))
+    assert [lb for lb, r, _ in seq if r is None] == ["s-1024", "s-512", "s-256", BASE]
+    firsts = [(lb, after) for i, (lb, r, after) in enumerate(seq) if r is not None and (i == 0 or seq[i - 1][1] != r)]
+    assert firsts == [("s-1024", f"warm-up: {BASE}"), ("s-1024", BASE)]
+    cold = confirmation_sequence(_tune(warm=False))
+    assert cold[0] == ("s-1024", 0, "solo") and len(cold) == 8
+
+
+def test_each_kept_run_is_set_against_its_settings_sweep_median_and_summed_by_what_ran_before():
+    doc = _tune(warm=True, ratios={"s-256": [0.5, 0.5], "s-512": [0.5, 0.5], "s-1024": [0.8, 0.6]})
+    runs = runs_of(doc)
+    assert len(runs) == 6 and all(abs(r["sweep_median_ratio"] - 0.5) < 1e-12 for r in runs)
+    first = [r for r in runs if r["label"] == "s-1024"]
+    assert [r["after_kind"] for r in first] == ["baseline", "baseline"]
+    assert [round(r["over_sweep"], 6) for r in first] == [1.6, 1.2]  # repeat_ratios in the order they ran
+    summary = summarize([{"platform": "h100", "runs": runs}])["cuda"]
+    assert summary["baseline"]["runs"] == 3 and summary["a candidate"]["runs"] == 3  # s-256 follows it in repeat 2
+    assert summary["baseline"]["max"] == 1.6
+    assert runs_of({**doc, "sweep": {}}) == []  # no sweep: nothing to set against
+
+
+def test_sweep_runs_are_placed_in_their_calls_process_and_the_first_process_compared_with_the_later_ones():
+    sweep = {"runs": {"a": [_full_summary(0.12, 0.6), _full_summary(0.10, 0.5), _full_summary(0.10, 0.5)],
+                      "b": [_full_summary(0.10, 0.5)]},
+             "calls": [{"ran": [[0, "a"]], "written_at": "2026-12-07T10:00:00+00:00"},
+                       {"ran": [[0, "b"], [1, "a"], [2, "a"]], "written_at": "2026-12-07T10:05:00+00:00"}]}
+    doc = {"slos": ["chat.itl_p99<=3x"], "choice": {"binding": "chat.itl_p99<=3x"}, "objective": "batch.ttft_p50",
+           "bounds_s": {"chat.itl_p99<=3x": 0.05}, "sweep": sweep}
+    assert processes_of(doc) == {"a": [0, 1, 1], "b": [1]}
+    (row,) = compare(doc)  # b ran only in the later process: nothing to compare
+    assert row["label"] == "a" and abs(row["slo_ratio"]["first_over_later"] - 1.2) < 1e-12
+    assert abs(row["objective_s"]["first_over_later"] - 1.2) < 1e-12
+    # a call that kept no record of its runs: the runs cannot be placed
+    assert processes_of({**doc, "sweep": {**sweep, "calls": [{"written_at": "x"}, *sweep["calls"][1:]]}}) == {}
