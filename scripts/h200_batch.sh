@@ -194,6 +194,22 @@
 # tunes (the solo runs now warm up too). Then TUNE_STEADY=1 on coder chat x4: fresh (521 s; confirmation warmed up,
 # repeats within 0.87-1.07x of each other) and a 106 s resume: 8 of 22 steady sweep runs stored.
 #   Tune now also takes at least 5 solo runs (SOLO_REPEATS; 2 before): ~3 more runs of ~14 s on coder-1.5b per fresh tune.
+# 12-07 (#22): the first try (an H200 or an H100, 12:41 UTC) found no machine (181 s); an H100 (named) came at once: three
+# calls at 9bcd38a, 1,597 s of 1,800 in all: the steady sweep finished (427 s: 14 runs, h100/tune_qwen2.5-coder-1.5b_chat_x4
+# _steady.json, 2 whole repeats: choice stall_free-512 met, stall_free-1024 met at 0.69 in the sweep and missed at 1.08 in
+# the confirmation: regret 641%); coder chat x4 with the working warm-up, fresh (527 s: solo 14.2 ms, 5 runs 13.1-16.4,
+# "after a run not kept"; confirmation "warmed the process up", 82 s; 10 of 22 sweep runs) and a TUNE_REPEATS=3 resume
+# (412 s: 23 runs): h100/tune_qwen2.5-coder-1.5b_chat_x4.json with 3 whole repeats (the cold one kept as
+# *_before_warm_up.json): no setting meets 3x the warm solo, regret 8.3% on the binding ratio, tau 0.93 obj / 0.67 SLO.
+# Found (probes/sweep_processes.py over stored files): 14 of 16 settings ran slower in tune's own process (profile, solo,
+# confirmation) than in the resumed calls (median 1.18x on the SLO ratio); the baseline before a run is not it
+# (probes/confirm_order.py). The fresh call's profile is committed as data/profiles/tune/h100/ (TUNE_CACHED_PROFILE=1).
+#   next (any card; the experiment that says whether the profile is the cause, ~2 calls): TUNE_CACHED_PROFILE=1
+#      TUNE_FRESH=1 TUNE_CHAT_SCALE=4 TUNE_REPEATS=2 T_TUNE=560 TUNE_MODEL=qwen2.5-coder-1.5b (writes
+#      tune_qwen2.5-coder-1.5b_chat_x4_cached_profile.json; on an H200 it fails: no committed H200 profile yet, run it
+#      without TUNE_CACHED_PROFILE once and commit $OUT/profiles/ to data/profiles/tune/h200/), then a TUNE_REPEATS=3
+#      resume (same variables, no TUNE_FRESH); then probes/sweep_processes.py: whether tune's process still runs slower.
+#   done in #22: finish the steady file; coder chat x4 with the working warm-up (the two items below).
 #   next (any card): finish h100/tune_qwen2.5-coder-1.5b_chat_x4_steady.json: TUNE_STEADY=1 TUNE_CHAT_SCALE=4
 #      TUNE_REPEATS=2 T_TUNE=560 TUNE_MODEL=qwen2.5-coder-1.5b (no TUNE_FRESH: it resumes; each setting runs twice a
 #      process, ~30 s a pair: ~14 pairs left, ~2 calls); on an H200 write its own file (the same, with TUNE_FRESH=1 first).
@@ -445,6 +461,13 @@ case "$part" in
     fi
     if [ -n "${TUNE_GRID:-}" ]; then  # wide: each policy's own knob varied too (mlxlab.studies.tune.grid)
       tr+=(--grid "$TUNE_GRID"); [ "$TUNE_GRID" = standard ] || nm="${nm}_$TUNE_GRID"
+    fi
+    if [ -n "${TUNE_CACHED_PROFILE:-}" ]; then  # tune takes its profile from the cache: the committed one of this card
+      # (data/profiles/tune/PLAT/, brought back by an earlier call), so its process runs no profile before it confirms:
+      # whether tune's own process then measures the settings as a resumed one does (probes/sweep_processes.py)
+      mkdir -p data/profiles/cache && cp data/profiles/tune/"$PLAT"/"$m"-*.json data/profiles/cache/ 2>/dev/null ||
+        { echo "no committed profile of $m in data/profiles/tune/$PLAT/" >&2; exit 2; }
+      nm="${nm}_cached_profile"
     fi
     tt=${T_TUNE:-570}
     more=()  # the platform's committed file, if any: go on with its sweep (same card kind: the file names its card);
