@@ -3,9 +3,11 @@
 ``mlxlab tune`` confirms its candidates and mlx-lm's ``BatchGenerator`` (the baseline) in one process,
 repeats outermost, each repeat in an order drawn from a fixed seed per repeat
 (:func:`mlxlab.studies.tune.order.run_order`), after the warm-up runs (in the first repeat's order)
-where it warms up. The seeds are fixed, so with the same number of settings the same draws come back:
-with three candidates and the baseline, the third candidate opens every repeat, and the run before it is
-the baseline's (the warm-up's last run, then the first repeat's last).
+where it warms up. Until 2026-12-07 #22 the order was a shuffle drawn from a fixed seed per repeat, so with
+the same number of settings the same draws came back: with three candidates and the baseline, the third
+candidate opened every repeat, and the run before it was the baseline's (the warm-up's last run, then the
+first repeat's last). Tune now runs a balanced order (a Williams design) and keeps the sequence it ran
+(``confirm_ran``), which this probe reads where it is.
 
 Per file whose confirmed rows keep each run's SLO ratio in the order it ran (``repeat_ratios``; tunes
 since 2026-12-07) and that has a sweep: each candidate's confirmation runs rebuilt in order, with the
@@ -45,6 +47,15 @@ def confirmation_sequence(doc: dict) -> list:
     for a warm-up run, ``solo`` for the first run after the solo runs."""
     from mlxlab.studies.tune.order import run_order
 
+    if doc.get("confirm_ran"):  # a tune since 2026-12-07 #22 keeps the sequence itself (kept runs: the label's k-th)
+        runs, prev, kept = [], "solo", {}
+        for label, kind in doc["confirm_ran"]:
+            r = None
+            if kind != "warm-up":
+                r = kept[label] = kept.get(label, -1) + 1
+            runs.append((label, r, prev))
+            prev = label if r is not None else f"warm-up: {label}"
+        return runs
     labels = [c["label"] for c in doc.get("confirmed") or []]
     sat = {lb: set(s["repeats"]) for lb, s in ((doc.get("race") or {}).get("sat_out") or {}).items()}
     repeats = max((len(c.get("repeat_ratios") or []) for c in doc.get("confirmed") or []), default=0)

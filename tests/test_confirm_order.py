@@ -55,3 +55,61 @@ def test_sweep_runs_are_placed_in_their_calls_process_and_the_first_process_comp
     assert abs(row["objective_s"]["first_over_later"] - 1.2) < 1e-12
     # a call that kept no record of its runs: the runs cannot be placed
     assert processes_of({**doc, "sweep": {**sweep, "calls": [{"written_at": "x"}, *sweep["calls"][1:]]}}) == {}
+
+
+def test_a_balanced_order_puts_every_setting_first_once_and_after_every_other_once():
+    from collections import Counter
+
+    from mlxlab.studies.tune.order import run_order
+
+    for n in (2, 3, 4, 5):
+        items = [f"s{i}" for i in range(n)]
+        rows = [run_order(items, r, "balanced") for r in range(2 * n if n % 2 else n)]
+        assert all(sorted(row) == items for row in rows)
+        assert set(Counter(row[0] for row in rows).values()) == {2 if n % 2 else 1}
+        pairs = Counter((row[i], row[i + 1]) for row in rows for i in range(n - 1))
+        assert len(pairs) == n * (n - 1) and set(pairs.values()) == {2 if n % 2 else 1}
+    # the shuffle this replaces: three candidates and the baseline, the third first in 4 of the first 5 repeats
+    four = ["a", "b", "c", BASE]
+    assert [run_order(four, r)[0] for r in range(5)].count("c") == 4
+    assert [run_order(four, r, "balanced")[0] for r in range(4)] == four
+
+
+def test_tune_confirms_in_the_balanced_order_and_keeps_the_sequence_the_probe_reads(monkeypatch):
+    from types import SimpleNamespace
+
+    import mlxlab.core.runner as runner
+    import mlxlab.engine.fused as fused
+    import mlxlab.studies.tune.run as tune_run
+    from mlxlab.sim.simulator import Simulator
+    from mlxlab.studies.tune.order import run_order
+    from mlxlab.studies.tune.slo import parse_slo
+    from probes.key_align_sim import load_point
+    from tests.test_warm_carry_sim import _doc
+
+    point = load_point(_doc(), "data/traces/samples")
+    ran, real = [], runner.run_workload
+
+    def fake_run(engine, workload):
+        if not isinstance(engine, str):  # the simulator's runs
+            return real(engine, workload)
+        if engine != "solo":
+            ran.append(engine)
+        return SimpleNamespace(summary=_full_summary(0.012 if workload.name == "chat" else 0.02, 0.5))
+
+    monkeypatch.setattr(runner, "run_workload", fake_run)
+    monkeypatch.setattr(tune_run, "_engine", lambda model, s: "solo")
+    monkeypatch.setattr(tune_run, "_executor", lambda model, s: s["label"])
+    monkeypatch.setattr(Simulator, "limits_of", staticmethod(lambda model: point["limits"]))
+    monkeypatch.setattr(fused, "cold_keying", lambda: ("shape", 256, "cuDNN"))  # a device that warms up
+    grid = [{"label": f"interleave-{c}", "policy": "interleave", "chunk_size": c, "options": {}} for c in (64, 128, 256)]
+    doc = tune_run.tune(None, point["arrivals"], [parse_slo("chat.itl_p99<=3x")], grid=grid, top_k=3, repeats=2,
+                        cost_model=point["cost_model"], calibrate=False, progress=False, race=False, say=lambda s: None)
+    labels = [c["label"] for c in doc["confirmed"]]
+    assert doc["confirm_order"] == "balanced" and len(labels) == 4
+    want = run_order(labels, 0, "balanced") * 2 + run_order(labels, 1, "balanced")  # warm-up, repeat 1, repeat 2
+    assert ran == want and [lb for lb, _ in doc["confirm_ran"]] == want
+    assert [k for _, k in doc["confirm_ran"]] == ["warm-up"] * 4 + ["kept"] * 8
+    seq = confirmation_sequence(doc)  # read back as it ran, not rebuilt from the old shuffle
+    assert [(lb, r) for lb, r, _ in seq][4:] == [(lb, 0) for lb in want[4:8]] + [(lb, 1) for lb in want[8:]]
+    assert seq[4][2] == f"warm-up: {want[3]}" and seq[0][2] == "solo"

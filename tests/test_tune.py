@@ -587,7 +587,7 @@ def test_the_sweep_shuffles_each_repeat_the_same_way_every_time_and_an_older_fil
     before = [{o[i + 1]: o[i] for i in range(len(o) - 1)} for o in orders]  # each setting's predecessor
     assert sum(len({b.get(s) for b in before}) > 1 for s in labels) >= 9  # rotation: none
     assert run_order(labels, 1, "rotation") == labels[1:] + labels[:1]
-    with pytest.raises(ValueError, match="shuffle or rotation"):
+    with pytest.raises(ValueError, match="one of shuffle, rotation, balanced"):
         run_order(labels, 0, "random")
 
     calls = []

@@ -1,5 +1,5 @@
 """Tune's confirmation on the engine: the simulation's top settings and mlx-lm's ``BatchGenerator``
-replayed on the trace, repeats outermost, in an order shuffled per repeat, as a race.
+replayed on the trace, repeats outermost, in a balanced order per repeat (:data:`CONFIRM_ORDER`), as a race.
 
 A race, as configuration racing does, drops a candidate once its runs separate it from the best:
 from the second repeat on, where the pick has met every SLO in every repeat, a setting that missed one
@@ -32,6 +32,25 @@ BASELINE = "mlx_lm.BatchGenerator"
 # it at k=2 and 12-13% at k=5; pooling the runs' gaps instead was steadier on the 119-gap trace and less steady on
 # the 1,015-gap one, so the median stays
 SOLO_REPEATS = 5
+# the order of each confirmation repeat (mlxlab.studies.tune.order.run_order): a Williams design, so no setting always
+# opens a repeat or follows the same run; tunes before 2026-12-07 #22 ran "shuffle" (no "confirm_order" in the file)
+CONFIRM_ORDER = "balanced"
+
+
+def median_summary(summaries: Sequence[dict], tenants: Sequence[str]) -> dict:
+    """The per-figure median summary over repeats (the shape of one run's summary)."""
+    import math
+    import statistics
+
+    out: dict = {}
+    for t in tenants:
+        out[t] = {}
+        for key in ("ttft_s", "itl_s", "e2e_s"):
+            out[t][key] = {}
+            for pct in ("p50", "p90", "p99", "max"):
+                vals = [s[t][key][pct] for s in summaries if t in s and not math.isnan(s[t][key][pct])]
+                out[t][key][pct] = statistics.median(vals) if vals else float("nan")
+    return out
 
 
 def confirm_runs(settings: Sequence[dict], *, repeats: int, run_one: Callable[[dict], dict],

@@ -13,7 +13,7 @@ confirmed on the engine.
 4. **Confirm** the ``top_k`` best simulated settings (those meeting every SLO first; one of each group
    the simulation ran as one schedule, :func:`mlxlab.studies.tune.grid.same_schedule`) and mlx-lm's
    ``BatchGenerator`` on the real engine, replaying the same trace up to ``repeats`` times, repeats
-   outermost, in an order shuffled per repeat (:func:`run_order`), stopping once the repeats decide the
+   outermost, in a balanced order per repeat (:func:`run_order`), stopping once the repeats decide the
    choice (a race, :func:`mlxlab.studies.tune.slo.settled`); the simulator's error on each is kept beside it.
 5. **Choose** (:func:`mlxlab.studies.tune.slo.choose`) and write a serve command.
 
@@ -33,8 +33,9 @@ from typing import Callable, Dict, List, Optional, Sequence
 
 from mlxlab.core.paths import data_dir
 from mlxlab.studies.tune.calibrate import REF, calibrate_from_solos
-from mlxlab.studies.tune.confirm import (BASELINE, SOLO_REPEATS, confirm_runs, solo_runs, wants_warm_up,
-                                        warm_runs)
+from mlxlab.studies.tune.confirm import (BASELINE, CONFIRM_ORDER, SOLO_REPEATS, confirm_runs, solo_runs,
+                                        wants_warm_up, warm_runs)
+from mlxlab.studies.tune.confirm import median_summary as _medians  # noqa: F401 - the probes' name too
 from mlxlab.studies.tune.grid import default_grid, make_grid, same_schedule  # noqa: F401 - default_grid: the API
 from mlxlab.studies.tune.order import run_order  # noqa: F401 - the sweep's and confirmation's order (also an API)
 from mlxlab.studies.tune.slo import (SLO, check, choose, figure, objective_name, pareto, parse_objective, slo_table,
@@ -133,19 +134,6 @@ def _objective(summary, objective: str) -> float:
     tenant, metric = parse_objective(objective)
     v = figure(summary, tenant, metric)
     return math.inf if v is None else v
-
-
-def _medians(summaries: Sequence[dict], tenants: Sequence[str]) -> dict:
-    """The per-figure median summary over repeats (the shape of one run's summary)."""
-    out: dict = {}
-    for t in tenants:
-        out[t] = {}
-        for key in ("ttft_s", "itl_s", "e2e_s"):
-            out[t][key] = {}
-            for pct in ("p50", "p90", "p99", "max"):
-                vals = [s[t][key][pct] for s in summaries if t in s and not math.isnan(s[t][key][pct])]
-                out[t][key][pct] = statistics.median(vals) if vals else float("nan")
-    return out
 
 
 def _worst(summaries: Sequence[dict], slos: Sequence[SLO], solos: dict) -> List[dict]:
@@ -296,18 +284,22 @@ def tune(model, arrivals: list, slos: Sequence[SLO], *, objective: Optional[str]
         + f"; {sum(r['meets'] for r in sim_rows)} meet the SLOs; confirming {', '.join(r['label'] for r in picked)}"
         + (f" and {BASELINE}" if baseline else ""))
 
-    # the engine: the candidates and mlx-lm's BatchGenerator, repeats outermost, order shuffled per repeat
+    # the engine: the candidates and mlx-lm's BatchGenerator, repeats outermost, order balanced per repeat
     confirm = [{k: r[k] for k in ("label", "policy", "chunk_size", "options")} for r in picked]
     if baseline:
         confirm.append({"label": BASELINE, "policy": BASELINE, "chunk_size": 2048, "options": {}})
 
-    def run_one(c: dict) -> dict:
+    ran: List[list] = []  # each confirmation run's [label, "warm-up" or "kept"], in the order they ran
+
+    def run_one(c: dict, kept: str = "kept") -> dict:
         _fresh()
+        ran.append([c["label"], kept])
         return run_workload(_executor(model, c), _workload(arrivals)).summary
 
-    warmed = warm_runs(confirm, run_one=run_one, order=run_order, say=say) if warm else None
+    order = lambda items, r: run_order(items, r, CONFIRM_ORDER)  # noqa: E731
+    warmed = warm_runs(confirm, run_one=lambda c: run_one(c, "warm-up"), order=order, say=say) if warm else None
     bar = _bar(repeats * len(confirm), "tune: confirming on the engine") if progress else None
-    measured, raced = confirm_runs(confirm, repeats=repeats, run_one=run_one, order=run_order,
+    measured, raced = confirm_runs(confirm, repeats=repeats, run_one=run_one, order=order,
                                    row=lambda c, runs: _confirm_row(c, runs, tenants, slos, solos, objective),
                                    race=race, bar=bar, say=say)
     if bar is not None:
@@ -340,6 +332,7 @@ def tune(model, arrivals: list, slos: Sequence[SLO], *, objective: Optional[str]
             "calibration": calibration,
             "grid": sim_rows, "grid_name": grid_name, "same_schedule": same, "frontier": frontier, "confirmed": rows,
             "choice": choice.as_dict(), "race": raced, "confirm_warm_up": warmed, "steady": steady,
+            "confirm_order": CONFIRM_ORDER, "confirm_ran": ran,
             "vs_mlx_lm": vs_mlx_lm, "wall_s": {"profile": t_prof - t0, "solo": t_solo - t_prof,
                                                "simulate": t_sim - t_solo, "confirm": t_conf - t_sim,
                                                "total": time.perf_counter() - t0},
