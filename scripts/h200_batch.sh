@@ -209,6 +209,9 @@
 #      tune_qwen2.5-coder-1.5b_chat_x4_cached_profile.json; on an H200 it fails: no committed H200 profile yet, run it
 #      without TUNE_CACHED_PROFILE once and commit $OUT/profiles/ to data/profiles/tune/h200/), then a TUNE_REPEATS=3
 #      resume (same variables, no TUNE_FRESH); then probes/sweep_processes.py: whether tune's process still runs slower.
+#   then (any card): the steady experiment again with a warm solo (h100/..._steady.json calibrated its decode on a cold
+#      solo at dcd06e8: every simulated figure 1.2-2.2x the sweep's): TUNE_STEADY=1 TUNE_CACHED_PROFILE=1 TUNE_FRESH=1
+#      TUNE_CHAT_SCALE=4 TUNE_REPEATS=2 T_TUNE=560 (writes *_chat_x4_steady_cached_profile.json beside it), ~2 resumes.
 #   done in #22: finish the steady file; coder chat x4 with the working warm-up (the two items below).
 #   next (any card): finish h100/tune_qwen2.5-coder-1.5b_chat_x4_steady.json: TUNE_STEADY=1 TUNE_CHAT_SCALE=4
 #      TUNE_REPEATS=2 T_TUNE=560 TUNE_MODEL=qwen2.5-coder-1.5b (no TUNE_FRESH: it resumes; each setting runs twice a
@@ -476,6 +479,9 @@ case "$part" in
       more=(--resume "data/results/$PLAT/$nm.json")
     T=$tt run $H tune --save --model "$m" --bits 4 "${tr[@]}" --slo "${TUNE_SLO:-chat.itl_p99<=3x}" \
       --sweep --repeats ${TUNE_REPEATS:-3} --time-budget-s $((tt - 40)) "${more[@]}" --name "$nm"
+    if [ -n "${TUNE_CACHED_PROFILE:-}" ] && [ -z "${more[*]}" ] && ! grep -q "profile from the cache" "$LOG"; then
+      echo "WARNING: TUNE_CACHED_PROFILE: the committed profile's key did not match this machine; tune profiled" | tee -a "$LOG"
+    fi
     # the measured profile (its records: which steps the cost model misses), where the call brings files back
     if [ -n "${OUT:-}" ] && ls data/profiles/cache/"$m"-*.json >/dev/null 2>&1; then
       mkdir -p "$OUT/profiles" && cp data/profiles/cache/"$m"-*.json "$OUT/profiles/"
