@@ -204,6 +204,20 @@
 # Found (probes/sweep_processes.py over stored files): 14 of 16 settings ran slower in tune's own process (profile, solo,
 # confirmation) than in the resumed calls (median 1.18x on the SLO ratio); the baseline before a run is not it
 # (probes/confirm_order.py). The fresh call's profile is committed as data/profiles/tune/h100/ (TUNE_CACHED_PROFILE=1).
+# 12-07 (#23): the first try (kind nvidia-h200, 15:04 UTC) found no machine (~90 s); an H100 (named) came at once: four
+# calls at 6e08d31, ~1,720 s of 1,800: coder chat x4 with TUNE_CACHED_PROFILE=1, fresh (541 s: "profile from the cache",
+# solo 11.2 ms, 13 sweep runs) and a TUNE_REPEATS=3 resume (333 s): h100/tune_qwen2.5-coder-1.5b_chat_x4_cached_profile.json,
+# 3 whole repeats: choice stall_free-256 = sweep best (regret 0.0% on the binding ratio, no setting meets), tau 0.96 obj /
+# 0.89 SLO. probes/sweep_processes.py: 8 of 11 settings still slower in tune's process, median 1.05x (1.17x with the
+# profile in it); a setting's first run in a resumed process is not slower than its run after itself (8 of 18, 1.00x).
+# Then the steady experiment with a warm solo and the cached profile, fresh (488 s: solo 9.5 ms, decode calibrated
+# 2.65 -> 4.09 ms; 6 sweep runs) and a short resume (147 s: 10 of 22 sweep runs stored):
+# h100/tune_qwen2.5-coder-1.5b_chat_x4_steady_cached_profile.json (its confirmed objective within 4% of the simulation).
+#   next (any card, ~1 call): finish it: TUNE_STEADY=1 TUNE_CACHED_PROFILE=1 TUNE_CHAT_SCALE=4 TUNE_REPEATS=2 T_TUNE=560
+#      TUNE_MODEL=qwen2.5-coder-1.5b (no TUNE_FRESH: it resumes; 12 runs of ~28 s and a warm-up).
+#   then (any card): the remaining items below from "then (any card): the steady experiment again" on (its first call is
+#      the one above), the H200 items first where an H200 comes.
+#   done in #23 (the item below, and the first call of the one after it):
 #   next (any card; the experiment that says whether the profile is the cause, ~2 calls): TUNE_CACHED_PROFILE=1
 #      TUNE_FRESH=1 TUNE_CHAT_SCALE=4 TUNE_REPEATS=2 T_TUNE=560 TUNE_MODEL=qwen2.5-coder-1.5b (writes
 #      tune_qwen2.5-coder-1.5b_chat_x4_cached_profile.json; on an H200 it fails: no committed H200 profile yet, run it
