@@ -7,8 +7,15 @@ it made, in order, so every stored sweep run can be placed in its process.
 
 Per file whose first call ran sweep runs and whose later calls ran more of the same settings: per setting,
 the median of its runs in the first process over the median of its runs in later ones, on the binding SLO's
-ratio and on the objective, and how many settings ran slower in the first. Where the later calls came hours
+ratio, on the objective and on the binding tenant's ITL p50 (how fast its decode steps ran: thousands of gaps, so
+far less noisy than a p99), and how many settings ran slower in the first. Where the later calls came hours
 later they may have run on another machine (``minutes_apart``: from the first call's end to the last's).
+
+A second comparison holds the process fixed: within the resumed calls only, a setting's first run in its process
+(``cold``: nothing of that setting ran there before; the call's warm-up run counts, as the confirmation does in
+tune's own process) against its runs there after one of itself (``again``). Tune's first process meets most of
+the grid's settings cold (only the confirmed ones ran there before), so a cold-setting cost alone would make it
+look slower; this says whether it does.
 
 Usage::
 
@@ -21,6 +28,7 @@ Prints a table and writes ``sweep_processes.json`` to a new run folder, or with 
 from __future__ import annotations
 
 import json
+import math
 import statistics
 import sys
 from datetime import datetime
@@ -53,27 +61,78 @@ def processes_of(doc: dict) -> dict:
     return out
 
 
+def warmth_of(doc: dict) -> dict:
+    """``{label: [True where that repeat's run came after a run of the same setting in its process]}`` (empty
+    where the runs cannot be placed). A steady tune runs each setting once before every kept run: all True."""
+    calls = (doc.get("sweep") or {}).get("calls") or []
+    where = processes_of(doc)
+    if not where:
+        return {}
+    if doc.get("steady"):
+        return {label: [True] * len(c) for label, c in where.items()}
+    seen = [{row["label"] for row in doc.get("confirmed") or []}] + [set() for _ in calls[1:]]
+    for i, c in enumerate(calls[1:], 1):
+        if (c.get("warm_up") or {}).get("label"):
+            seen[i].add(c["warm_up"]["label"])
+    out = {label: [False] * len(c) for label, c in where.items()}
+    for i, c in enumerate(calls):
+        for r, label in c["ran"]:
+            if label in out and r < len(out[label]):
+                out[label][r] = label in seen[i]
+            seen[i].add(label)
+    return out
+
+
+def _medians(sweep_runs: list, a: list, b: list, slo, bound, ot, om) -> dict:
+    """Medians of runs ``a`` and ``b`` (indices into a setting's runs) and ``a`` over ``b``, on the binding SLO's
+    ratio and on the objective."""
+    from mlxlab.studies.tune.slo import figure
+
+    m = {}
+    for name, fn in (("slo_ratio", lambda s: figure(s, slo.tenant, slo.metric) / bound),
+                     ("objective_s", lambda s: figure(s, ot, om)),
+                     ("itl_p50_s", lambda s: figure(s, slo.tenant, "itl_p50"))):
+        x, y = (statistics.median(fn(sweep_runs[i]) for i in idx) for idx in (a, b))
+        m[name] = {"a": x, "b": y, "a_over_b": x / y}
+    return m
+
+
+def _binding(doc: dict):
+    from mlxlab.studies.tune.slo import parse_objective, parse_slo
+
+    binding = (doc.get("choice") or {}).get("binding") or doc["slos"][0]
+    return (parse_slo(binding), doc["bounds_s"][binding], *parse_objective(doc["objective"]))
+
+
+def compare_warmth(doc: dict) -> list:
+    """Per setting with, in the resumed calls, both a run that was its first in its process and a run after one
+    of itself there: medians of each and ``cold_over_again`` on the binding SLO's ratio and the objective."""
+    sweep, warm, calls = doc["sweep"]["runs"], warmth_of(doc), processes_of(doc)
+    out = []
+    for label, w in warm.items():
+        cold = [r for r, (x, c) in enumerate(zip(w, calls[label])) if c > 0 and not x]
+        again = [r for r, (x, c) in enumerate(zip(w, calls[label])) if c > 0 and x]
+        if cold and again:
+            m = _medians(sweep[label], cold, again, *_binding(doc))
+            out.append({"label": label, "runs_cold": len(cold), "runs_again": len(again),
+                        **{k: {"cold": v["a"], "again": v["b"], "cold_over_again": v["a_over_b"]}
+                           for k, v in m.items()}})
+    return out
+
+
 def compare(doc: dict) -> list:
     """Per setting with sweep runs both in the first call's process and in later ones: its medians there
     and their ratios (first over later) on the binding SLO's ratio and the objective."""
-    from mlxlab.studies.tune.slo import figure, parse_objective, parse_slo
-
     sweep = doc["sweep"]["runs"]
-    binding = (doc.get("choice") or {}).get("binding") or doc["slos"][0]
-    slo, bound = parse_slo(binding), doc["bounds_s"][binding]
-    ot, om = parse_objective(doc["objective"])
     out = []
     for label, calls in processes_of(doc).items():
-        first = [s for s, c in zip(sweep[label], calls) if c == 0]
-        later = [s for s, c in zip(sweep[label], calls) if c > 0]
+        first = [r for r, c in enumerate(calls) if c == 0]
+        later = [r for r, c in enumerate(calls) if c > 0]
         if not first or not later:
             continue
-        m = {}
-        for name, fn in (("slo_ratio", lambda s: figure(s, slo.tenant, slo.metric) / bound),
-                         ("objective_s", lambda s: figure(s, ot, om))):
-            a, b = statistics.median(map(fn, first)), statistics.median(map(fn, later))
-            m[name] = {"first": a, "later": b, "first_over_later": a / b}
-        out.append({"label": label, "runs_first": len(first), "runs_later": len(later), **m})
+        m = _medians(sweep[label], first, later, *_binding(doc))
+        out.append({"label": label, "runs_first": len(first), "runs_later": len(later),
+                    **{k: {"first": v["a"], "later": v["b"], "first_over_later": v["a_over_b"]} for k, v in m.items()}})
     return out
 
 
@@ -83,32 +142,64 @@ def minutes_apart(doc: dict) -> float:
     return (t[1] - t[0]).total_seconds() / 60
 
 
+def _count(rows: list, key: str) -> tuple:
+    """How many rows have ``key`` over 1, and its median, per measure."""
+    return ({k: sum(r[k][key] > 1 for r in rows) for k in MEASURES},
+            {k: statistics.median(r[k][key] for r in rows) if rows else None for k in MEASURES})
+
+
+def by_chance(k: int, n: int) -> float:
+    """The sign test's one-sided chance: at least ``k`` of ``n`` settings slower where each is as likely either way."""
+    return sum(math.comb(n, i) for i in range(k, n + 1)) / 2 ** n if n else 1.0
+
+
+MEASURES = ("slo_ratio", "objective_s", "itl_p50_s")  # the last: the binding tenant's ITL p50, a step
+# speed (a few hundred gaps under it, where the p99 rests on a few dozen)
+
+
 def main(argv=None) -> int:
     args = parse_args(argv)
     files = []
     for path in args.tunes:
         doc = json.loads(Path(path).read_text())
-        rows = compare(doc) if (doc.get("sweep") or {}).get("runs") else []
-        if not rows:
-            print(f"{path}: no sweep runs both in tune's process and a later one; skipped")
+        has = bool((doc.get("sweep") or {}).get("runs"))
+        rows, warm = (compare(doc), compare_warmth(doc)) if has else ([], [])
+        if not rows and not warm:
+            print(f"{path}: no sweep runs both in tune's process and a later one, nor cold and again in a resumed one; "
+                  f"skipped")
             continue
-        slower = {k: sum(r[k]["first_over_later"] > 1 for r in rows) for k in ("slo_ratio", "objective_s")}
-        med = {k: statistics.median(r[k]["first_over_later"] for r in rows) for k in ("slo_ratio", "objective_s")}
+        slower, med = _count(rows, "first_over_later")
+        wslower, wmed = _count(warm, "cold_over_again")
         plat = (doc.get("environment") or {}).get("platform") or Path(path).parent.name
         files.append({"tune": path, "platform": plat, "history": "_before_" in Path(path).name,
                       "steady": bool(doc.get("steady")), "minutes_apart": minutes_apart(doc), "settings": rows,
-                      "slower_first": slower, "median_first_over_later": med})
-        print(f"{path[-56:]:56s} {len(rows):2d} settings, slower in tune's process: SLO ratio {slower['slo_ratio']}, "
-              f"objective {slower['objective_s']}; median first/later {med['slo_ratio']:.2f} / {med['objective_s']:.2f} "
-              f"(calls {files[-1]['minutes_apart']:.0f} min apart)")
+                      "profile_cached": bool((doc.get("profile") or {}).get("cached")),
+                      "slower_first": slower, "median_first_over_later": med,
+                      "by_chance": {k: by_chance(slower[k], len(rows)) for k in MEASURES},
+                      "warmth": warm, "slower_cold": wslower, "median_cold_over_again": wmed})
+        line = f"{path[-56:]:56s}"
+        if rows:
+            line += (f" {len(rows):2d} settings, slower in tune's process: SLO ratio {slower['slo_ratio']}, objective "
+                     f"{slower['objective_s']}, ITL p50 {slower['itl_p50_s']}; median first/later {med['slo_ratio']:.2f} / "
+                     f"{med['objective_s']:.2f} / {med['itl_p50_s']:.2f} "
+                     f"(calls {files[-1]['minutes_apart']:.0f} min apart)")
+        if warm:
+            line += (f"; resumed calls, {len(warm)} settings slower cold than again: {wslower['slo_ratio']} / "
+                     f"{wslower['objective_s']} / {wslower['itl_p50_s']}, median {wmed['slo_ratio']:.2f} / "
+                     f"{wmed['objective_s']:.2f} / {wmed['itl_p50_s']:.2f}")
+        print(line)
     cur = [f for f in files if not f["history"]]
-    total = {k: {"settings": sum(len(f["settings"]) for f in cur), "slower_first": sum(f["slower_first"][k] for f in cur),
-                 "median_first_over_later": statistics.median(r[k]["first_over_later"] for f in cur for r in f["settings"])
-                 if cur else None} for k in ("slo_ratio", "objective_s")}
-    for k, v in total.items():
-        if v["settings"]:
-            print(f"{k}: {v['slower_first']} of {v['settings']} settings ran slower in tune's own process (files not "
-                  f"named history), median {v['median_first_over_later']:.2f}x")
+    total = {}
+    for name, rows_key, key in (("process", "settings", "first_over_later"), ("warmth", "warmth", "cold_over_again")):
+        rows = [r for f in cur for r in f[rows_key]]
+        n, med = _count(rows, key)
+        total[name] = {k: {"settings": len(rows), "slower": n[k], "median": med[k],
+                           "by_chance": by_chance(n[k], len(rows))} for k in MEASURES}
+        for k, v in total[name].items():
+            if v["settings"]:
+                what = "in tune's own process" if name == "process" else "cold than again, in resumed calls"
+                print(f"{k}: {v['slower']} of {v['settings']} settings ran slower {what} (files not named history), "
+                      f"median {v['median']:.2f}x")
     common.save_over_stored("sweep_processes", {"parameters": {"tunes": args.tunes}, "files": files, "total": total},
                             "sim-tune" if args.save else "cpu", save=args.save)
     return 0

@@ -2,7 +2,7 @@
 process they ran in, from its fixed per-repeat shuffles and its sweep's per-call records."""
 
 from probes.confirm_order import confirmation_sequence, runs_of, summarize
-from probes.sweep_processes import compare, processes_of
+from probes.sweep_processes import by_chance, compare, compare_warmth, processes_of, warmth_of
 from tests.test_tune import _full_summary
 
 BASE = "mlx_lm.BatchGenerator"
@@ -55,6 +55,29 @@ def test_sweep_runs_are_placed_in_their_calls_process_and_the_first_process_comp
     assert abs(row["objective_s"]["first_over_later"] - 1.2) < 1e-12
     # a call that kept no record of its runs: the runs cannot be placed
     assert processes_of({**doc, "sweep": {**sweep, "calls": [{"written_at": "x"}, *sweep["calls"][1:]]}}) == {}
+
+
+def test_a_settings_first_run_in_a_resumed_process_is_set_against_its_runs_there_after_one_of_itself():
+    # tune's process confirmed "a"; the resumed call warmed up with "b", then ran a, b, c, a, c
+    sweep = {"runs": {"a": [_full_summary(0.10, 0.5), _full_summary(0.15, 0.5), _full_summary(0.10, 0.5)],
+                      "b": [_full_summary(0.10, 0.5), _full_summary(0.10, 0.5)],
+                      "c": [_full_summary(0.12, 0.6), _full_summary(0.10, 0.5)]},
+             "calls": [{"ran": [[0, "a"], [0, "b"]], "written_at": "2026-12-07T10:00:00+00:00"},
+                       {"warm_up": {"label": "b"}, "ran": [[1, "a"], [1, "b"], [0, "c"], [2, "a"], [1, "c"]],
+                        "written_at": "2026-12-07T10:05:00+00:00"}]}
+    doc = {"slos": ["chat.itl_p99<=3x"], "choice": {"binding": "chat.itl_p99<=3x"}, "objective": "batch.ttft_p50",
+           "bounds_s": {"chat.itl_p99<=3x": 0.05}, "sweep": sweep, "confirmed": [{"label": "a"}]}
+    assert warmth_of(doc) == {"a": [True, False, True], "b": [False, True], "c": [False, True]}
+    rows = {r["label"]: r for r in compare_warmth(doc)}
+    assert set(rows) == {"a", "c"}  # b ran only after its warm-up in the resumed call
+    assert abs(rows["a"]["slo_ratio"]["cold_over_again"] - 1.5) < 1e-12
+    assert abs(rows["c"]["objective_s"]["cold_over_again"] - 1.2) < 1e-12
+    assert all(all(w) for w in warmth_of({**doc, "steady": True}).values())  # steady: every run after itself
+
+
+def test_the_sign_tests_chance_of_as_many_settings_running_slower():
+    assert by_chance(8, 11) == 232 / 2048  # 8, 9, 10 or 11 of 11: 165 + 55 + 11 + 1 of 2**11
+    assert by_chance(0, 5) == 1.0 and by_chance(5, 5) == 1 / 32 and by_chance(0, 0) == 1.0
 
 
 def test_a_balanced_order_puts_every_setting_first_once_and_after_every_other_once():
@@ -113,3 +136,27 @@ def test_tune_confirms_in_the_balanced_order_and_keeps_the_sequence_the_probe_re
     seq = confirmation_sequence(doc)  # read back as it ran, not rebuilt from the old shuffle
     assert [(lb, r) for lb, r, _ in seq][4:] == [(lb, 0) for lb in want[4:8]] + [(lb, 1) for lb in want[8:]]
     assert seq[4][2] == f"warm-up: {want[3]}" and seq[0][2] == "solo"
+
+
+def test_the_process_probe_runs_each_step_then_the_settings_and_sets_each_phase_against_start_and_the_one_before():
+    from probes.process_state import run_phases, summarize
+
+    did, speed = [], {"v": 1.0}
+
+    def slow_down():  # a step that leaves the engine 10% slower
+        did.append("profile")
+        speed["v"] *= 1.1
+
+    def run_setting(label):
+        did.append(label)
+        base = {"a": 0.010, "b": 0.020}[label] * speed["v"]
+        return {"slo_ratio": base * 100, "objective_s": base * 10, "itl_p50_s": base}
+
+    phases = run_phases(["start", "again", "profile", "again"], {"profile": slow_down, "solo": lambda: None},
+                        ["a", "b"], 2, run_setting, say=lambda line: None)
+    assert did == ["a", "b"] * 4 + ["profile"] + ["a", "b"] * 4
+    assert [len(p["runs"]["a"]) for p in phases] == [2, 2, 2, 2]
+    rows = summarize(phases)
+    assert [round(r["itl_p50_s"]["over_start"], 6) for r in rows] == [1.0, 1.0, 1.1, 1.1]
+    assert [round(r["slo_ratio"]["over_previous"], 6) for r in rows] == [1.0, 1.0, 1.1, 1.0]
+    assert round(rows[2]["objective_s"]["settings"]["b"]["median"], 6) == 0.22

@@ -481,3 +481,21 @@ def test_the_readme_tuner_table_marks_a_trace_whose_tenant_asks_more_tokens(tmp_
         {**doc, "parameters": {"model": "small", "output_scale": {"chat": 8.0}}}))
     rows = [r for r in tune_markdown(tmp_path).splitlines() if r.startswith("| cpu")]
     assert [r.split(" | ")[2] for r in rows] == ["`t.jsonl` (31)", "`t.jsonl` (31; chat asks x8)"]
+
+
+def test_the_readme_tuner_table_names_a_tune_whose_sweep_is_not_whole_without_a_row(tmp_path):
+    """A GPU tune's sweep runs over several calls: until it is whole its regret is not measured, and the
+    headline names the file instead of tabling a row with no regret."""
+    from mlxlab.paper.headline import tune_markdown
+
+    doc = {"trace": {"path": "t.jsonl", "requests": 31}, "slos": ["chat.itl_p99<=3x"], "choice": {"label": "slo-512",
+           "meets": True}, "objective": "batch.ttft_p50", "parameters": {"model": "small"},
+           "verdicts": [{"claim": "mlx-tune-regret", "verdict": "reproduced", "measured": {"regret": 0.01}}]}
+    (tmp_path / "cpu").mkdir()
+    (tmp_path / "cpu" / "tune.json").write_text(json.dumps(doc))
+    (tmp_path / "cpu" / "tune_steady.json").write_text(json.dumps(
+        {**doc, "verdicts": [{"claim": "mlx-tune-regret", "verdict": "not measured", "measured": {}}]}))
+    md = tune_markdown(tmp_path)
+    rows = [r for r in md.splitlines() if r.startswith("| cpu")]
+    assert len(rows) == 1 and rows[0].endswith("| reproduced |")
+    assert "(sweep not yet whole, so no regret: `" in md and md.splitlines()[0].endswith("cpu/tune_steady.json`).")

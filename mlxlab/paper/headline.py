@@ -115,8 +115,12 @@ def tune_markdown(results: Path) -> str:
         return "*No `tune` results yet: run `mlxlab tune --save`.*"
     lines = ["| Platform | Model | Trace (requests) | SLO | Choice | Its objective over `BatchGenerator`'s | Regret "
              "against the exhaustive sweep | Verdict |", "|---|---|---|---|---|---|---|---|"]
+    waiting = []  # a sweep not yet whole (continued by --resume): named, not tabled
     for path in files:
         doc = json.loads(path.read_text())
+        if _verdict(doc, "mlx-tune-regret") == "not measured":
+            waiting.append(_rel(path, results))
+            continue
         tr, ch = doc.get("trace") or {}, doc.get("choice") or {}
         reg = next((v.get("measured") or {} for v in doc.get("verdicts") or [] if v.get("claim") == "mlx-tune-regret"), {})
         model = (doc.get("parameters") or {}).get("model", "?")
@@ -133,7 +137,9 @@ def tune_markdown(results: Path) -> str:
                      f"{' (the choice missed an SLO in a sweep repeat)' if reg.get('choice_in_pool') is False else ''} | "
                      f"{_verdict(doc, 'mlx-tune-regret')} |")
     return ("**The tuner** (`mlxlab tune`): the setting it chose for a trace, confirmed on the engine beside "
-            f"`BatchGenerator`, from {', '.join(_rel(p, results) for p in files)}.\n\n" + "\n".join(lines))
+            f"`BatchGenerator`, from {', '.join(_rel(p, results) for p in files if _rel(p, results) not in waiting)}"
+            + (f" (sweep not yet whole, so no regret: {', '.join(waiting)})" if waiting else "")
+            + ".\n\n" + "\n".join(lines))
 
 
 def headline_markdown(results: Optional[Path] = None) -> str:
