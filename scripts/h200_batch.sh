@@ -67,6 +67,9 @@
 #              4k context costs the first time the process meets its shape (a new key length; a new size at a known
 #              key length), under the default settings, cuDNN attention off, CUDA graphs off (~150 s, an estimate):
 #              whether stall_free's 67-78 ms steps on the H100 are first uses, and of which cache
+#   process    issue 37: probes/process_state.py on PROC_TUNE (the platform's coder chat x4 tune): its choice and the
+#              sweep's best between tune's steps in one process: start, again, profile, solo, baseline, again, 2 rounds
+#              each (~500 s on the H100, an estimate from 14 s runs: 24 kept runs, the steps ~130 s)
 #   tail       issue 37 item 1d: probes/tail_steps.py on the platform's tune_TAIL_MODEL.json (llama-3.2-1b): its
 #              interleave-4096 and admission_gate-4096 settings (TAIL_SETTINGS) on the engine, 3 repeats, and on its
 #              fitted cost model, every step kept: the chat's gaps split by the steps that ended inside them (chunk or
@@ -213,7 +216,9 @@
 # Then the steady experiment with a warm solo and the cached profile, fresh (488 s: solo 9.5 ms, decode calibrated
 # 2.65 -> 4.09 ms; 6 sweep runs) and a short resume (147 s: 10 of 22 sweep runs stored):
 # h100/tune_qwen2.5-coder-1.5b_chat_x4_steady_cached_profile.json (its confirmed objective within 4% of the simulation).
-#   next (any card, ~1 call): finish it: TUNE_STEADY=1 TUNE_CACHED_PROFILE=1 TUNE_CHAT_SCALE=4 TUNE_REPEATS=2 T_TUNE=560
+#   next (any card, 1 call, ~500 s): bash scripts/h200_batch.sh process (probes/process_state.py): which of tune's steps
+#      (profile, solo runs, BatchGenerator) leaves the engine slower, measured in one process with drift phases.
+#   next (any card, ~1 call): finish the steady file: TUNE_STEADY=1 TUNE_CACHED_PROFILE=1 TUNE_CHAT_SCALE=4 TUNE_REPEATS=2 T_TUNE=560
 #      TUNE_MODEL=qwen2.5-coder-1.5b (no TUNE_FRESH: it resumes; 12 runs of ~28 s and a warm-up).
 #   then (any card): the remaining items below from "then (any card): the steady experiment again" on (its first call is
 #      the one above), the H200 items first where an H200 comes.
@@ -506,6 +511,12 @@ case "$part" in
     P="$PY -m probes.tail_steps data/results/$PLAT/tune_$m.json --settings ${TAIL_SETTINGS:-interleave-4096 admission_gate-4096} --repeats ${TAIL_REPEATS:-3}"
     T=${T_TAIL:-270} run $P
     T=${T_TAIL:-270} run $P --output-scale chat=${TAIL_CHAT_SCALE:-4} --label "chat_x${TAIL_CHAT_SCALE:-4}" ;;
+  process)  # issue 37: what in tune's process slows the engine: two settings of PROC_TUNE measured between tune's
+    # steps (a profile of its grid, the chat's solo runs, mlx-lm's BatchGenerator runs) in one process, with phases
+    # of no step to show the drift (probes/process_state.py)
+    f=${PROC_TUNE:-data/results/$PLAT/tune_qwen2.5-coder-1.5b_chat_x4_cached_profile.json}
+    [ -f "$f" ] || f=data/results/$PLAT/tune_qwen2.5-coder-1.5b_chat_x4.json
+    T=${T_PROC:-570} run $PY -m probes.process_state "$f" --rounds ${PROC_ROUNDS:-2} ;;
   packed)  # issue 37 item 1b: a packed step against its two forwards back to back at one repeated shape (after the
     # first repeat every shape is warm), with mlx's default cuDNN attention and with it off: one process each
     P="$PY -m probes.fused_step_bench $M --repeats ${PACKED_REPEATS:-15}"
