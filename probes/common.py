@@ -10,10 +10,11 @@ through :func:`mlxlab.core.results.save_results`, with the ``MLX_*`` settings an
 from __future__ import annotations
 
 import argparse
+import json
 import sys
 import time
 from pathlib import Path
-from typing import Optional, Sequence
+from typing import Any, Callable, Iterator, Optional, Sequence, Tuple
 
 import mlx.core as mx
 from mlx_lm.models.cache import make_prompt_cache
@@ -48,6 +49,18 @@ def over_tunes(doc: str, name: str, tunes_help: str) -> argparse.ArgumentParser:
     p.add_argument("--save", action="store_true", help=f"write data/results/sim-tune/{name}.json (committed), not a "
                                                        "run folder")
     return p
+
+
+def each_tune(paths: Sequence[str], select: Callable[[dict, str], Any], why: str) -> Iterator[Tuple[str, dict, Any]]:
+    """The stored tune files of ``paths`` as ``(path, doc, select(doc, path))`` where that is not empty; for the
+    others one line, ``PATH: WHY; skipped`` (a probe over stored files says what it left out)."""
+    for path in paths:
+        doc = json.loads(Path(path).read_text())
+        found = select(doc, path)
+        if not found:
+            print(f"{path}: {why}; skipped")
+            continue
+        yield path, doc, found
 
 
 def parse(p: argparse.ArgumentParser, argv: Optional[Sequence[str]] = None) -> argparse.Namespace:

@@ -24,7 +24,6 @@ Prints a table and writes ``confirm_cold.json`` to a new run folder, or with ``-
 
 from __future__ import annotations
 
-import json
 import statistics
 import sys
 from pathlib import Path
@@ -103,12 +102,8 @@ def by_device(files: list) -> dict:
 def main(argv=None) -> int:
     args = parse_args(argv)
     files = []
-    for path in args.tunes:
-        doc = json.loads(Path(path).read_text())
-        rows = settings_of(doc) if "_before_" not in Path(path).name else []
-        if not rows:
-            print(f"{path}: no sweep, no two-repeat confirmation, or named history; skipped")
-            continue
+    for path, doc, rows in common.each_tune(args.tunes, lambda d, p: "_before_" not in Path(p).name and settings_of(d),
+                                            "no sweep, no two-repeat confirmation, or named history"):
         plat, device = device_of(doc, path)
         files.append({"tune": path, "platform": plat, "device": device, "settings": rows})
         for s in rows:

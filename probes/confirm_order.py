@@ -26,7 +26,6 @@ Prints a table and writes ``confirm_order.json`` to a new run folder, or with ``
 
 from __future__ import annotations
 
-import json
 import statistics
 import sys
 from pathlib import Path
@@ -118,12 +117,8 @@ def summarize(files: list) -> dict:
 def main(argv=None) -> int:
     args = parse_args(argv)
     files = []
-    for path in args.tunes:
-        doc = json.loads(Path(path).read_text())
-        runs = runs_of(doc)
-        if not runs:
-            print(f"{path}: no per-run confirmation ratios or no sweep; skipped")
-            continue
+    for path, doc, runs in common.each_tune(args.tunes, lambda d, p: runs_of(d),
+                                            "no per-run confirmation ratios or no sweep"):
         plat = (doc.get("environment") or {}).get("platform") or Path(path).parent.name
         files.append({"tune": path, "platform": plat, "history": "_before_" in Path(path).name,
                       "warmed_up": bool(doc.get("confirm_warm_up")), "runs": runs})

@@ -29,10 +29,8 @@ Prints a table and writes ``confirm_race_sim.json`` to a new run folder
 
 from __future__ import annotations
 
-import json
 import statistics
 import sys
-from pathlib import Path
 
 from probes import common
 
@@ -142,12 +140,9 @@ def main(argv=None) -> int:
     out, plat, swept = [], None, {}
     print(f"{'file':52s} {'min':>3s} {'drop':>4s} {'stop':>4s}/{'R':<2s} {'choice':22s} {'all repeats':22s} {'regret':>7s} "
           f"{'(all)':>7s} {'saved':>6s}")
-    for path in args.tunes:
-        doc = json.loads(Path(path).read_text())
-        sw = doc.get("sweep") or {}
-        if not sw.get("runs") or not sw.get("repeats") or "checks_worst" not in (doc.get("confirmed") or [{}])[0]:
-            print(f"{path}: no sweep runs or no per-repeat checks; skipped")
-            continue
+    raced = lambda d, p: bool((d.get("sweep") or {}).get("runs") and (d.get("sweep") or {}).get("repeats")  # noqa: E731
+                              and "checks_worst" in (d.get("confirmed") or [{}])[0])
+    for path, doc, _ in common.each_tune(args.tunes, raced, "no sweep runs or no per-repeat checks"):
         plat = plat or (doc.get("environment") or {}).get("platform")
         swept[path] = doc
         for m, drop in [(m, d) for m in args.min_repeats for d in (False, True)]:

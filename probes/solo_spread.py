@@ -23,7 +23,6 @@ Prints a table and writes ``solo_spread.json`` to a new run folder, or with ``--
 
 from __future__ import annotations
 
-import json
 import statistics
 import sys
 from pathlib import Path
@@ -115,12 +114,7 @@ def groups(files: list) -> list:
 def main(argv=None) -> int:
     args = parse_args(argv)
     files = []
-    for path in args.tunes:
-        doc = json.loads(Path(path).read_text())
-        solo = solo_of(doc)
-        if not solo:
-            print(f"{path}: no relative SLO with a solo figure; skipped")
-            continue
+    for path, doc, solo in common.each_tune(args.tunes, lambda d, p: solo_of(d), "no relative SLO with a solo figure"):
         files.append({"tune": path, "solo": solo, "keys": {s["slo"]: group_key(doc, path, s["slo"]) for s in solo},
                       "sweep": {s["slo"]: sweep_figures(doc, s["slo"]) for s in solo}})
     found = groups(files)

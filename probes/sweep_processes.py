@@ -27,12 +27,12 @@ Prints a table and writes ``sweep_processes.json`` to a new run folder, or with 
 
 from __future__ import annotations
 
-import json
 import math
 import statistics
 import sys
 from datetime import datetime
 from pathlib import Path
+from typing import Optional
 
 from probes import common
 
@@ -142,6 +142,14 @@ def minutes_apart(doc: dict) -> float:
     return (t[1] - t[0]).total_seconds() / 60
 
 
+def comparisons(doc: dict, path: str = "") -> Optional[tuple]:
+    """``(compare(doc), compare_warmth(doc))`` where either has a row, else None (no sweep runs to place)."""
+    if not (doc.get("sweep") or {}).get("runs"):
+        return None
+    rows, warm = compare(doc), compare_warmth(doc)
+    return (rows, warm) if rows or warm else None
+
+
 def _count(rows: list, key: str) -> tuple:
     """How many rows have ``key`` over 1, and its median, per measure."""
     return ({k: sum(r[k][key] > 1 for r in rows) for k in MEASURES},
@@ -160,14 +168,8 @@ MEASURES = ("slo_ratio", "objective_s", "itl_p50_s")  # the last: the binding te
 def main(argv=None) -> int:
     args = parse_args(argv)
     files = []
-    for path in args.tunes:
-        doc = json.loads(Path(path).read_text())
-        has = bool((doc.get("sweep") or {}).get("runs"))
-        rows, warm = (compare(doc), compare_warmth(doc)) if has else ([], [])
-        if not rows and not warm:
-            print(f"{path}: no sweep runs both in tune's process and a later one, nor cold and again in a resumed one; "
-                  f"skipped")
-            continue
+    for path, doc, (rows, warm) in common.each_tune(args.tunes, comparisons, "no sweep runs both in tune's process "
+                                                    "and a later one, nor cold and again in a resumed one"):
         slower, med = _count(rows, "first_over_later")
         wslower, wmed = _count(warm, "cold_over_again")
         plat = (doc.get("environment") or {}).get("platform") or Path(path).parent.name

@@ -160,3 +160,17 @@ def test_the_process_probe_runs_each_step_then_the_settings_and_sets_each_phase_
     assert [round(r["itl_p50_s"]["over_start"], 6) for r in rows] == [1.0, 1.0, 1.1, 1.1]
     assert [round(r["slo_ratio"]["over_previous"], 6) for r in rows] == [1.0, 1.0, 1.1, 1.0]
     assert round(rows[2]["objective_s"]["settings"]["b"]["median"], 6) == 0.22
+
+
+def test_a_probe_over_stored_tunes_keeps_the_files_it_can_read_and_names_each_it_skips(tmp_path, capsys):
+    import json
+
+    from probes.common import each_tune
+
+    paths = []
+    for name, runs in (("tune_a.json", {"x": [1]}), ("tune_b.json", {})):
+        (tmp_path / name).write_text(json.dumps({"sweep": {"runs": runs}}))
+        paths.append(str(tmp_path / name))
+    got = list(each_tune(paths, lambda d, p: d["sweep"]["runs"], "no sweep runs"))
+    assert [(p, found) for p, _, found in got] == [(paths[0], {"x": [1]})]
+    assert capsys.readouterr().out == f"{paths[1]}: no sweep runs; skipped\n"
