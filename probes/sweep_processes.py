@@ -84,8 +84,7 @@ def warmth_of(doc: dict) -> dict:
 
 
 def _medians(sweep_runs: list, a: list, b: list, slo, bound, ot, om) -> dict:
-    """Medians of runs ``a`` and ``b`` (indices into a setting's runs) and ``a`` over ``b``, on the binding SLO's
-    ratio and on the objective."""
+    """Medians of runs ``a`` and ``b`` (indices into a setting's runs) and ``a`` over ``b``, per :data:`MEASURES`."""
     from mlxlab.studies.tune.slo import figure
 
     m = {}
@@ -106,7 +105,7 @@ def _binding(doc: dict):
 
 def compare_warmth(doc: dict) -> list:
     """Per setting with, in the resumed calls, both a run that was its first in its process and a run after one
-    of itself there: medians of each and ``cold_over_again`` on the binding SLO's ratio and the objective."""
+    of itself there: medians of each and ``cold_over_again`` per :data:`MEASURES`."""
     sweep, warm, calls = doc["sweep"]["runs"], warmth_of(doc), processes_of(doc)
     out = []
     for label, w in warm.items():
@@ -122,7 +121,7 @@ def compare_warmth(doc: dict) -> list:
 
 def compare(doc: dict) -> list:
     """Per setting with sweep runs both in the first call's process and in later ones: its medians there
-    and their ratios (first over later) on the binding SLO's ratio and the objective."""
+    and their ratios (first over later) per :data:`MEASURES`."""
     sweep = doc["sweep"]["runs"]
     out = []
     for label, calls in processes_of(doc).items():
@@ -162,7 +161,7 @@ def by_chance(k: int, n: int) -> float:
 
 
 MEASURES = ("slo_ratio", "objective_s", "itl_p50_s")  # the last: the binding tenant's ITL p50, a step
-# speed (a few hundred gaps under it, where the p99 rests on a few dozen)
+# speed (half its gaps under it: thousands in the chat x4 traces, where the p99 rests on a few dozen)
 
 
 def main(argv=None) -> int:
