@@ -60,9 +60,12 @@ def parse_args(argv=None):
 
 
 def run_phases(phases: Sequence[str], steps: Dict[str, Callable[[], None]], labels: Sequence[str], rounds: int,
-               run_setting: Callable[[str], dict], say: Callable[[str], None] = print) -> List[dict]:
+               run_setting: Callable[[str], dict], say: Callable[[str], None] = print,
+               on_phase: Optional[Callable[[List[dict]], None]] = None) -> List[dict]:
     """Each phase: its step (``steps[name]``; none for start/again), then ``rounds`` x ``labels`` runs of
-    ``run_setting(label)`` (a dict of :data:`MEASURES`). Returns ``[{"phase", "step_s", "runs": {label: [...]}}]``."""
+    ``run_setting(label)`` (a dict of :data:`MEASURES`). Returns ``[{"phase", "step_s", "runs": {label: [...]}}]``;
+    ``on_phase(phases so far)`` after each phase (the probe writes its file there, so a run cut short by a time
+    limit keeps its finished phases)."""
     out = []
     for ph in phases:
         t = time.perf_counter()
@@ -77,6 +80,8 @@ def run_phases(phases: Sequence[str], steps: Dict[str, Callable[[], None]], labe
         say(f"[process_state] {ph:9s} step {step_s:6.1f} s  " + "  ".join(
             f"{lb} ITL p50 {statistics.median(r['itl_p50_s'] for r in runs[lb]) * 1e3:.2f} ms, SLO ratio "
             f"{statistics.median(r['slo_ratio'] for r in runs[lb]):.2f}" for lb in labels))
+        if on_phase is not None:
+            on_phase(out)
     return out
 
 
@@ -154,19 +159,23 @@ def main(argv=None) -> int:
     for lb in labels:
         run_setting(lb)
     common.log("process_state", f"warm-up: one run of each setting, {time.perf_counter() - t:.1f} s (not kept)")
+    args.platform = args.platform or (doc.get("environment") or {}).get("platform") or Path(args.tune).parent.name
+
+    def write(phases: List[dict]) -> None:
+        common.save(args, "process_state", {"tune": Path(args.tune).name, "tune_source_commit": (doc.get("environment")
+                                            or {}).get("source_commit"), "settings": labels, "binding": binding,
+                                            "bound_s": bound, "objective": doc["objective"], "rounds": args.rounds,
+                                            "solo_runs": args.solo_runs, "baseline_runs": args.baseline_runs,
+                                            "profile_grid": pgrid, "phases_planned": list(args.phases),
+                                            "complete": len(phases) == len(args.phases), "phases": phases,
+                                            "summary": summarize(phases)},
+                    name=f"process_state_{p['model']}")
+
     phases = run_phases(args.phases, {"profile": profile, "solo": solo, "baseline": baseline}, labels, args.rounds,
-                        run_setting)
-    rows = summarize(phases)
-    for row in rows:
+                        run_setting, on_phase=write)
+    for row in summarize(phases):
         print(f"{row['phase']:9s} " + "  ".join(f"{k} x{row[k]['over_start']:.3f} of start, x{row[k]['over_previous']:.3f}"
                                                   f" of the phase before" for k in MEASURES))
-    args.platform = args.platform or (doc.get("environment") or {}).get("platform") or Path(args.tune).parent.name
-    common.save(args, "process_state", {"tune": Path(args.tune).name, "tune_source_commit": (doc.get("environment")
-                                        or {}).get("source_commit"), "settings": labels, "binding": binding,
-                                        "bound_s": bound, "objective": doc["objective"], "rounds": args.rounds,
-                                        "solo_runs": args.solo_runs, "baseline_runs": args.baseline_runs,
-                                        "profile_grid": pgrid, "phases": phases, "summary": rows},
-                name=f"process_state_{p['model']}")
     return 0
 
 

@@ -68,8 +68,9 @@
 #              key length), under the default settings, cuDNN attention off, CUDA graphs off (~150 s, an estimate):
 #              whether stall_free's 67-78 ms steps on the H100 are first uses, and of which cache
 #   process    issue 37: probes/process_state.py on PROC_TUNE (the platform's coder chat x4 tune): its choice and the
-#              sweep's best between tune's steps in one process: start, again, profile, solo, baseline, again, 2 rounds
-#              each (~500 s on the H100, an estimate from 14 s runs: 24 kept runs, the steps ~130 s)
+#              sweep's best (or PROC_SETTINGS) between tune's steps in one process: start, again, profile, solo,
+#              baseline, again, 2 rounds each (~530 s on the H100 with PROC_SETTINGS="stall_free-512 stall_free-1024":
+#              26 runs of 14-19 s, the steps ~136 s; the file is written after each phase)
 #   tail       issue 37 item 1d: probes/tail_steps.py on the platform's tune_TAIL_MODEL.json (llama-3.2-1b): its
 #              interleave-4096 and admission_gate-4096 settings (TAIL_SETTINGS) on the engine, 3 repeats, and on its
 #              fitted cost model, every step kept: the chat's gaps split by the steps that ended inside them (chunk or
@@ -516,7 +517,10 @@ case "$part" in
     # of no step to show the drift (probes/process_state.py)
     f=${PROC_TUNE:-data/results/$PLAT/tune_qwen2.5-coder-1.5b_chat_x4_cached_profile.json}
     [ -f "$f" ] || f=data/results/$PLAT/tune_qwen2.5-coder-1.5b_chat_x4.json
-    T=${T_PROC:-570} run $PY -m probes.process_state "$f" --rounds ${PROC_ROUNDS:-2} ;;
+    # PROC_SETTINGS: grid labels to measure (default: the tune's choice and the sweep's best); on the H100 coder chat
+    # x4 file those are stall_free-256 (28 s a run) and -512: with stall_free-512 and -1024 (33 s a round) the six
+    # phases fit one call. The file is written after each phase, so a call cut short keeps what finished
+    T=${T_PROC:-560} run $PY -m probes.process_state "$f" --rounds ${PROC_ROUNDS:-2} ${PROC_SETTINGS:+--settings $PROC_SETTINGS} ;;
   packed)  # issue 37 item 1b: a packed step against its two forwards back to back at one repeated shape (after the
     # first repeat every shape is warm), with mlx's default cuDNN attention and with it off: one process each
     P="$PY -m probes.fused_step_bench $M --repeats ${PACKED_REPEATS:-15}"

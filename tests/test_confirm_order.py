@@ -152,9 +152,12 @@ def test_the_process_probe_runs_each_step_then_the_settings_and_sets_each_phase_
         base = {"a": 0.010, "b": 0.020}[label] * speed["v"]
         return {"slo_ratio": base * 100, "objective_s": base * 10, "itl_p50_s": base}
 
+    seen = []  # what the probe would write after each phase: the phases done so far
     phases = run_phases(["start", "again", "profile", "again"], {"profile": slow_down, "solo": lambda: None},
-                        ["a", "b"], 2, run_setting, say=lambda line: None)
+                        ["a", "b"], 2, run_setting, say=lambda line: None,
+                        on_phase=lambda done: seen.append([p["phase"] for p in done]))
     assert did == ["a", "b"] * 4 + ["profile"] + ["a", "b"] * 4
+    assert seen == [["start"], ["start", "again"], ["start", "again", "profile"], ["start", "again", "profile", "again"]]
     assert [len(p["runs"]["a"]) for p in phases] == [2, 2, 2, 2]
     rows = summarize(phases)
     assert [round(r["itl_p50_s"]["over_start"], 6) for r in rows] == [1.0, 1.0, 1.1, 1.1]
