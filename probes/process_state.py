@@ -19,7 +19,8 @@ Usage::
         --settings stall_free-1024 interleave-1024 --rounds 2
 
 Runs the tune's model (``parameters.model``, ``bits``, ``dtype``) after one run of each setting (not kept).
-Writes ``data/results/<platform>/process_state_<model>.json``.
+Writes ``data/results/<platform>/process_state_<model><--suffix>.json`` after each phase (``complete``: whether
+every phase of ``phases_planned`` ran).
 """
 
 from __future__ import annotations
@@ -50,6 +51,8 @@ def parse_args(argv=None):
     p.add_argument("--baseline-runs", type=int, default=3,
                    help="the baseline step's BatchGenerator runs, as tune's confirmation (default: %(default)s)")
     p.add_argument("--traces", default="data/traces/samples", help="the folder holding the tune's trace file")
+    p.add_argument("--suffix", default="", help="appended to the file's name, process_state_<model><suffix>.json "
+                                                "(e.g. _baseline for a second process with other phases)")
     args = common.parse(p, argv)
     bad = [x for x in args.phases if x not in ("start", "again", *STEPS)]
     if bad or args.phases[0] != "start" or args.rounds < 1:
@@ -169,7 +172,7 @@ def main(argv=None) -> int:
                                             "profile_grid": pgrid, "phases_planned": list(args.phases),
                                             "complete": len(phases) == len(args.phases), "phases": phases,
                                             "summary": summarize(phases)},
-                    name=f"process_state_{p['model']}")
+                    name=f"process_state_{p['model']}{args.suffix}")
 
     phases = run_phases(args.phases, {"profile": profile, "solo": solo, "baseline": baseline}, labels, args.rounds,
                         run_setting, on_phase=write)

@@ -217,6 +217,23 @@
 # Then the steady experiment with a warm solo and the cached profile, fresh (488 s: solo 9.5 ms, decode calibrated
 # 2.65 -> 4.09 ms; 6 sweep runs) and a short resume (147 s: 10 of 22 sweep runs stored):
 # h100/tune_qwen2.5-coder-1.5b_chat_x4_steady_cached_profile.json (its confirmed objective within 4% of the simulation).
+# 12-07 (#24): from 17:39 UTC no machine came for 45 minutes (starts tried on both kinds, ~90-100 s each, and refusals
+# of 15 s: 886 s of the 1,800 were gone before a call ran); at 18:25 an H200 came: two calls at
+# ee8118c. (1) process, PROC_SETTINGS="stall_free-512 stall_free-1024" T_PROC=530 on h200/tune_qwen2.5-coder-1.5b_chat_x4
+# .json (535 s; its runs took ~23 s on the H200, so the limit stopped it after 4 of 6 phases: start, again, profile,
+# solo): the objective rose 1.03x, 1.15x, 1.13x phase on phase with or without a step, ITL p50 1.12x at the end, a
+# setting's two runs in a phase up to 1.39x apart: h200/process_state_qwen2.5-coder-1.5b.json. (2) on the same warm
+# machine, PROC_ROUNDS=1 PROC_PHASES="start baseline again" PROC_SUFFIX=_baseline (run then as the probe's own command,
+# 256 s): its first phase ran ITL p50 at 0.98x the first process's last phase and 1.10x its first (the objective 1.39x):
+# the new process began where the old one ended, so what slows the runs outlives the process (the card or the machine,
+# not a step of tune's): h200/process_state_qwen2.5-coder-1.5b_baseline.json. Calls now log the GPU's clocks,
+# temperature, power and throttle reasons every 5 s ($OUT/logs/gpu_PART.csv).
+#   next (any card, 1 call): the same two processes with the GPU log, to see whether the card slows (clocks, throttle
+#      reasons) as the runs do: PROC_SETTINGS="stall_free-512 stall_free-1024" PROC_ROUNDS=1 T_PROC=300 process, then
+#      PROC_SUFFIX=_again the same (one call: `... process; PROC_SUFFIX=_again ... process`). If the clocks fall, the
+#      sweep's and confirmation's order in time, not tune's process, is what set them apart (sweep_processes).
+#   then the items below from "finish the steady file" on.
+#   done in #24: the process item below (4 of its 6 phases, and the baseline in a second process).
 #   next (any card, 1 call, ~500 s): bash scripts/h200_batch.sh process (probes/process_state.py): which of tune's steps
 #      (profile, solo runs, BatchGenerator) leaves the engine slower, measured in one process with drift phases.
 #   next (any card, ~1 call): finish the steady file: TUNE_STEADY=1 TUNE_CACHED_PROFILE=1 TUNE_CHAT_SCALE=4 TUNE_REPEATS=2 T_TUNE=560
@@ -358,7 +375,16 @@ if [ -n "${OUT:-}" ]; then
         find "data/results/$PLAT" -maxdepth 1 -type f -newer "$MARK" -exec cp {} "$OUT/$PLAT/" \;
     done ) >/dev/null 2>&1 &  # not on the call's stdout: its last sleep must not hold the output open
   COPIER=$!
-  trap 'kill $COPIER 2>/dev/null' EXIT
+  # the GPU's clocks, temperature, power and throttle reasons every 5 s, beside the call's log: on 2026-12-07 #24
+  # a second process on the same H200 began as slow as the first had ended (probes/process_state.py), so what slowed
+  # the runs outlived the process; this says whether the card itself slowed (throttling) while a call ran
+  GPULOG=
+  if command -v nvidia-smi >/dev/null 2>&1; then
+    nvidia-smi --query-gpu=timestamp,clocks.sm,clocks.mem,temperature.gpu,power.draw,clocks_throttle_reasons.active \
+      --format=csv -l 5 > "$OUT/logs/gpu_$part.csv" 2>/dev/null &
+    GPULOG=$!
+  fi
+  trap 'kill $COPIER $GPULOG 2>/dev/null' EXIT
 fi
 # probes run on the mlx bundle (scripts/h200.sh unpacks it the same way for mlxlab commands)
 [ -d .mlxcuda/site/mlx ] || { mkdir -p .mlxcuda/site && tar xJf .mlxcuda/mlx-cuda-sm90.tar.xz -C .mlxcuda/site; }
@@ -520,7 +546,8 @@ case "$part" in
     # PROC_SETTINGS: grid labels to measure (default: the tune's choice and the sweep's best); on the H100 coder chat
     # x4 file those are stall_free-256 (28 s a run) and -512: with stall_free-512 and -1024 (33 s a round) the six
     # phases fit one call. The file is written after each phase, so a call cut short keeps what finished
-    T=${T_PROC:-560} run $PY -m probes.process_state "$f" --rounds ${PROC_ROUNDS:-2} ${PROC_SETTINGS:+--settings $PROC_SETTINGS} ;;
+    T=${T_PROC:-560} run $PY -m probes.process_state "$f" --rounds ${PROC_ROUNDS:-2} ${PROC_SETTINGS:+--settings $PROC_SETTINGS} \
+      ${PROC_PHASES:+--phases $PROC_PHASES} ${PROC_SUFFIX:+--suffix $PROC_SUFFIX} ;;
   packed)  # issue 37 item 1b: a packed step against its two forwards back to back at one repeated shape (after the
     # first repeat every shape is warm), with mlx's default cuDNN attention and with it off: one process each
     P="$PY -m probes.fused_step_bench $M --repeats ${PACKED_REPEATS:-15}"
