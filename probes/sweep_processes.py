@@ -17,6 +17,11 @@ tune's own process) against its runs there after one of itself (``again``). Tune
 the grid's settings cold (only the confirmed ones ran there before), so a cold-setting cost alone would make it
 look slower; this says whether it does.
 
+A third holds the process kind fixed and varies the time: within the resumed calls, a setting's runs that began
+after the median start of those calls' runs (timed from the call's start: its warm-up and the runs before, from
+``run_wall_s``) against its runs before it (``late_over_early``). Tune's own process starts its sweep minutes into
+its call; where the engine slowed with the time a call had run, the resumed calls' late runs would be slower too.
+
 Usage::
 
     python -m probes.sweep_processes data/results/*/tune*.json [--save]
@@ -83,6 +88,47 @@ def warmth_of(doc: dict) -> dict:
     return out
 
 
+def elapsed_of(doc: dict) -> dict:
+    """``{label: [seconds since its call's first sweep run (the resumed call's warm-up run counted) when that
+    repeat's run began, or None where it ran in tune's own process]}``, from the calls' ``ran`` order and the
+    sweep's ``run_wall_s`` (empty where either is missing)."""
+    calls = (doc.get("sweep") or {}).get("calls") or []
+    walls = (doc.get("sweep") or {}).get("run_wall_s") or {}
+    where = processes_of(doc)
+    if not where or not walls:
+        return {}
+    out = {label: [None] * len(c) for label, c in where.items()}
+    for c in calls[1:]:
+        t = ((c.get("warm_up") or {}).get("wall_s") or 0.0)
+        for r, label in c["ran"]:
+            if label in out and r < len(out[label]) and r < len(walls.get(label) or []):
+                out[label][r] = t
+                t += walls[label][r]
+    return out
+
+
+def compare_time(doc: dict) -> list:
+    """Within the resumed calls only, per setting with runs both before and after the median start time of those
+    calls' runs (:func:`elapsed_of`): medians of its late and early runs and ``late_over_early`` per
+    :data:`MEASURES`. Tune's own process runs its sweep after the profile, solo runs and confirmation (minutes of
+    work); where the engine slows with the time a call has run, late runs in a resumed call show it too."""
+    el = elapsed_of(doc)
+    starts = [t for v in el.values() for t in v if t is not None]
+    if not starts:
+        return []
+    cut = statistics.median(starts)
+    sweep, out = doc["sweep"]["runs"], []
+    for label, v in el.items():
+        early = [r for r, t in enumerate(v) if t is not None and t <= cut]
+        late = [r for r, t in enumerate(v) if t is not None and t > cut]
+        if early and late:
+            m = _medians(sweep[label], late, early, *_binding(doc))
+            out.append({"label": label, "runs_late": len(late), "runs_early": len(early), "cut_s": cut,
+                        **{k: {"late": v["a"], "early": v["b"], "late_over_early": v["a_over_b"]}
+                           for k, v in m.items()}})
+    return out
+
+
 def _medians(sweep_runs: list, a: list, b: list, slo, bound, ot, om) -> dict:
     """Medians of runs ``a`` and ``b`` (indices into a setting's runs) and ``a`` over ``b``, per :data:`MEASURES`."""
     from mlxlab.studies.tune.slo import figure
@@ -142,11 +188,12 @@ def minutes_apart(doc: dict) -> float:
 
 
 def comparisons(doc: dict, path: str = "") -> Optional[tuple]:
-    """``(compare(doc), compare_warmth(doc))`` where either has a row, else None (no sweep runs to place)."""
+    """``(compare(doc), compare_warmth(doc), compare_time(doc))`` where any has a row, else None (no sweep runs to
+    place)."""
     if not (doc.get("sweep") or {}).get("runs"):
         return None
-    rows, warm = compare(doc), compare_warmth(doc)
-    return (rows, warm) if rows or warm else None
+    rows, warm, late = compare(doc), compare_warmth(doc), compare_time(doc)
+    return (rows, warm, late) if rows or warm or late else None
 
 
 def _count(rows: list, key: str) -> tuple:
@@ -167,17 +214,19 @@ MEASURES = ("slo_ratio", "objective_s", "itl_p50_s")  # the last: the binding te
 def main(argv=None) -> int:
     args = parse_args(argv)
     files = []
-    for path, doc, (rows, warm) in common.each_tune(args.tunes, comparisons, "no sweep runs both in tune's process "
+    for path, doc, (rows, warm, late) in common.each_tune(args.tunes, comparisons, "no sweep runs both in tune's process "
                                                     "and a later one, nor cold and again in a resumed one"):
         slower, med = _count(rows, "first_over_later")
         wslower, wmed = _count(warm, "cold_over_again")
+        lslower, lmed = _count(late, "late_over_early")
         plat = (doc.get("environment") or {}).get("platform") or Path(path).parent.name
         files.append({"tune": path, "platform": plat, "history": "_before_" in Path(path).name,
                       "steady": bool(doc.get("steady")), "minutes_apart": minutes_apart(doc), "settings": rows,
                       "profile_cached": bool((doc.get("profile") or {}).get("cached")),
                       "slower_first": slower, "median_first_over_later": med,
                       "by_chance": {k: by_chance(slower[k], len(rows)) for k in MEASURES},
-                      "warmth": warm, "slower_cold": wslower, "median_cold_over_again": wmed})
+                      "warmth": warm, "slower_cold": wslower, "median_cold_over_again": wmed,
+                      "time": late, "slower_late": lslower, "median_late_over_early": lmed})
         line = f"{path[-56:]:56s}"
         if rows:
             line += (f" {len(rows):2d} settings, slower in tune's process: SLO ratio {slower['slo_ratio']}, objective "
@@ -188,17 +237,23 @@ def main(argv=None) -> int:
             line += (f"; resumed calls, {len(warm)} settings slower cold than again: {wslower['slo_ratio']} / "
                      f"{wslower['objective_s']} / {wslower['itl_p50_s']}, median {wmed['slo_ratio']:.2f} / "
                      f"{wmed['objective_s']:.2f} / {wmed['itl_p50_s']:.2f}")
+        if late:
+            line += (f"; resumed calls, {len(late)} settings slower late (after {late[0]['cut_s']:.0f} s) than early: "
+                     f"{lslower['slo_ratio']} / {lslower['objective_s']} / {lslower['itl_p50_s']}, median "
+                     f"{lmed['slo_ratio']:.2f} / {lmed['objective_s']:.2f} / {lmed['itl_p50_s']:.2f}")
         print(line)
     cur = [f for f in files if not f["history"]]
     total = {}
-    for name, rows_key, key in (("process", "settings", "first_over_later"), ("warmth", "warmth", "cold_over_again")):
+    for name, rows_key, key in (("process", "settings", "first_over_later"), ("warmth", "warmth", "cold_over_again"),
+                                ("time", "time", "late_over_early")):
         rows = [r for f in cur for r in f[rows_key]]
         n, med = _count(rows, key)
         total[name] = {k: {"settings": len(rows), "slower": n[k], "median": med[k],
                            "by_chance": by_chance(n[k], len(rows))} for k in MEASURES}
         for k, v in total[name].items():
             if v["settings"]:
-                what = "in tune's own process" if name == "process" else "cold than again, in resumed calls"
+                what = {"process": "in tune's own process", "warmth": "cold than again, in resumed calls",
+                        "time": "late than early in resumed calls"}[name]
                 print(f"{k}: {v['slower']} of {v['settings']} settings ran slower {what} (files not named history), "
                       f"median {v['median']:.2f}x")
     common.save_over_stored("sweep_processes", {"parameters": {"tunes": args.tunes}, "files": files, "total": total},

@@ -2,7 +2,7 @@
 process they ran in, from its fixed per-repeat shuffles and its sweep's per-call records."""
 
 from probes.confirm_order import confirmation_sequence, runs_of, summarize
-from probes.sweep_processes import by_chance, compare, compare_warmth, processes_of, warmth_of
+from probes.sweep_processes import by_chance, compare, compare_time, compare_warmth, elapsed_of, processes_of, warmth_of
 from tests.test_tune import _full_summary
 
 BASE = "mlx_lm.BatchGenerator"
@@ -73,6 +73,24 @@ def test_a_settings_first_run_in_a_resumed_process_is_set_against_its_runs_there
     assert abs(rows["a"]["slo_ratio"]["cold_over_again"] - 1.5) < 1e-12
     assert abs(rows["c"]["objective_s"]["cold_over_again"] - 1.2) < 1e-12
     assert all(all(w) for w in warmth_of({**doc, "steady": True}).values())  # steady: every run after itself
+
+
+def test_runs_in_a_resumed_call_are_timed_from_its_start_and_its_late_runs_set_against_its_early_ones():
+    # the resumed call warmed up 5 s, then ran a (10 s), b (20 s), a (10 s), b (20 s); a's late run is 1.3x slower
+    sweep = {"runs": {"a": [_full_summary(0.10, 0.5), _full_summary(0.10, 0.5), _full_summary(0.13, 0.65)],
+                      "b": [_full_summary(0.10, 0.5), _full_summary(0.10, 0.5)]},
+             "run_wall_s": {"a": [9.0, 10.0, 10.0], "b": [20.0, 20.0]},
+             "calls": [{"ran": [[0, "a"]], "written_at": "2026-12-07T10:00:00+00:00"},
+                       {"warm_up": {"label": "a", "wall_s": 5.0}, "ran": [[1, "a"], [0, "b"], [2, "a"], [1, "b"]],
+                        "written_at": "2026-12-07T10:05:00+00:00"}]}
+    doc = {"slos": ["chat.itl_p99<=3x"], "choice": {"binding": "chat.itl_p99<=3x"}, "objective": "batch.ttft_p50",
+           "bounds_s": {"chat.itl_p99<=3x": 0.05}, "sweep": sweep}
+    assert elapsed_of(doc) == {"a": [None, 5.0, 35.0], "b": [15.0, 45.0]}  # tune's own process: not timed
+    rows = {r["label"]: r for r in compare_time(doc)}
+    assert rows["a"]["cut_s"] == 25.0 and rows["a"]["runs_late"] == 1 and rows["a"]["runs_early"] == 1
+    assert abs(rows["a"]["slo_ratio"]["late_over_early"] - 1.3) < 1e-12
+    assert abs(rows["b"]["objective_s"]["late_over_early"] - 1.0) < 1e-12
+    assert compare_time({**doc, "sweep": {k: v for k, v in sweep.items() if k != "run_wall_s"}}) == []
 
 
 def test_the_sign_tests_chance_of_as_many_settings_running_slower():
