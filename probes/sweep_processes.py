@@ -101,9 +101,9 @@ def elapsed_of(doc: dict) -> dict:
     for c in calls[1:]:
         t = ((c.get("warm_up") or {}).get("wall_s") or 0.0)
         for r, label in c["ran"]:
-            if label in out and r < len(out[label]) and r < len(walls.get(label) or []):
+            if label in out and r < len(out[label]):
                 out[label][r] = t
-                t += walls[label][r]
+            t += (walls.get(label) or [])[r] if r < len(walls.get(label) or []) else 0.0
     return out
 
 
