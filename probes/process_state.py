@@ -29,6 +29,7 @@ import json
 import statistics
 import sys
 import time
+from datetime import datetime, timezone
 from pathlib import Path
 from typing import Callable, Dict, List, Optional, Sequence
 
@@ -62,24 +63,31 @@ def parse_args(argv=None):
     return args
 
 
+def utc_now() -> str:
+    """The time now in UTC (ISO 8601, microseconds): each run and step keeps when it started, so the GPU's clock
+    log beside a call (``scripts/h200_batch.sh``, nvidia-smi in UTC) can be set against it."""
+    return datetime.now(timezone.utc).isoformat()
+
+
 def run_phases(phases: Sequence[str], steps: Dict[str, Callable[[], None]], labels: Sequence[str], rounds: int,
                run_setting: Callable[[str], dict], say: Callable[[str], None] = print,
                on_phase: Optional[Callable[[List[dict]], None]] = None) -> List[dict]:
     """Each phase: its step (``steps[name]``; none for start/again), then ``rounds`` x ``labels`` runs of
     ``run_setting(label)`` (a dict of :data:`MEASURES`). Returns ``[{"phase", "step_s", "runs": {label: [...]}}]``;
     ``on_phase(phases so far)`` after each phase (the probe writes its file there, so a run cut short by a time
-    limit keeps its finished phases)."""
+    limit keeps its finished phases). Each run also keeps ``started_utc`` and ``wall_s``, each phase ``started_utc``."""
     out = []
     for ph in phases:
-        t = time.perf_counter()
+        at, t = utc_now(), time.perf_counter()
         if ph in steps:
             steps[ph]()
         step_s = time.perf_counter() - t
         runs: Dict[str, List[dict]] = {lb: [] for lb in labels}
         for _ in range(rounds):
             for lb in labels:
-                runs[lb].append(run_setting(lb))
-        out.append({"phase": ph, "step_s": step_s, "runs": runs})
+                run_at, t = utc_now(), time.perf_counter()
+                runs[lb].append({**run_setting(lb), "started_utc": run_at, "wall_s": time.perf_counter() - t})
+        out.append({"phase": ph, "started_utc": at, "step_s": step_s, "runs": runs})
         say(f"[process_state] {ph:9s} step {step_s:6.1f} s  " + "  ".join(
             f"{lb} ITL p50 {statistics.median(r['itl_p50_s'] for r in runs[lb]) * 1e3:.2f} ms, SLO ratio "
             f"{statistics.median(r['slo_ratio'] for r in runs[lb]):.2f}" for lb in labels))

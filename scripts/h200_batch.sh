@@ -375,13 +375,14 @@ if [ -n "${OUT:-}" ]; then
         find "data/results/$PLAT" -maxdepth 1 -type f -newer "$MARK" -exec cp {} "$OUT/$PLAT/" \;
     done ) >/dev/null 2>&1 &  # not on the call's stdout: its last sleep must not hold the output open
   COPIER=$!
-  # the GPU's clocks, temperature, power and throttle reasons every 5 s, beside the call's log: on 2026-12-07 #24
-  # a second process on the same H200 began as slow as the first had ended (probes/process_state.py), so what slowed
-  # the runs outlived the process; this says whether the card itself slowed (throttling) while a call ran
+  # the GPU's clocks, temperature, power, use and throttle reasons every 5 s (times in UTC, as the probes keep
+  # theirs), beside the call's log: on 2026-12-07 #24 a second process on the same H200 began as slow as the first
+  # had ended (probes/process_state.py), so what slowed the runs outlived the process; this says whether the card
+  # itself slowed (clocks, throttling) while a call ran
   GPULOG=
   if command -v nvidia-smi >/dev/null 2>&1; then
-    nvidia-smi --query-gpu=timestamp,clocks.sm,clocks.mem,temperature.gpu,power.draw,clocks_throttle_reasons.active \
-      --format=csv -l 5 > "$OUT/logs/gpu_$part.csv" 2>/dev/null &
+    TZ=UTC nvidia-smi --query-gpu=timestamp,clocks.sm,clocks.mem,temperature.gpu,power.draw,utilization.gpu,clocks_throttle_reasons.active \
+      --format=csv -l 5 >> "$OUT/logs/gpu_$part.csv" 2>/dev/null &
     GPULOG=$!
   fi
   trap 'kill $COPIER $GPULOG 2>/dev/null' EXIT

@@ -181,6 +181,12 @@ def test_the_process_probe_runs_each_step_then_the_settings_and_sets_each_phase_
     assert [round(r["itl_p50_s"]["over_start"], 6) for r in rows] == [1.0, 1.0, 1.1, 1.1]
     assert [round(r["slo_ratio"]["over_previous"], 6) for r in rows] == [1.0, 1.0, 1.1, 1.0]
     assert round(rows[2]["objective_s"]["settings"]["b"]["median"], 6) == 0.22
+    # each run and phase keeps when it started (UTC, in order) and its wall, to line up with the GPU's clock log
+    from datetime import datetime
+    starts = [datetime.fromisoformat(r["started_utc"]) for p in phases for r in p["runs"]["a"]]
+    assert starts == sorted(starts) and all(t.utcoffset().total_seconds() == 0 for t in starts)
+    assert all(r["wall_s"] >= 0 for p in phases for r in p["runs"]["b"])
+    assert datetime.fromisoformat(phases[2]["started_utc"]) <= datetime.fromisoformat(phases[2]["runs"]["a"][0]["started_utc"])
 
 
 def test_a_probe_over_stored_tunes_keeps_the_files_it_can_read_and_names_each_it_skips(tmp_path, capsys):
