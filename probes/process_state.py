@@ -54,6 +54,9 @@ def parse_args(argv=None):
     p.add_argument("--traces", default="data/traces/samples", help="the folder holding the tune's trace file")
     p.add_argument("--suffix", default="", help="appended to the file's name, process_state_<model><suffix>.json "
                                                 "(e.g. _baseline for a second process with other phases)")
+    p.add_argument("--follows", default=None, metavar="JSON",
+                   help="the process-state file of the process that ran just before this one on the same machine (the "
+                        "paper sets this process's first phase against that one's last and first)")
     args = common.parse(p, argv)
     bad = [x for x in args.phases if x not in ("start", "again", *STEPS)]
     if bad or args.phases[0] != "start" or args.rounds < 1:
@@ -179,6 +182,7 @@ def main(argv=None) -> int:
                                             "solo_runs": args.solo_runs, "baseline_runs": args.baseline_runs,
                                             "profile_grid": pgrid, "phases_planned": list(args.phases),
                                             "complete": len(phases) == len(args.phases), "phases": phases,
+                                            "follows": Path(args.follows).stem if args.follows else None,
                                             "summary": summarize(phases)},
                     name=f"process_state_{p['model']}{args.suffix}")
 

@@ -70,7 +70,8 @@
 #   process    issue 37: probes/process_state.py on PROC_TUNE (the platform's coder chat x4 tune): its choice and the
 #              sweep's best (or PROC_SETTINGS) between tune's steps in one process: start, again, profile, solo,
 #              baseline, again, 2 rounds each (~530 s on the H100 with PROC_SETTINGS="stall_free-512 stall_free-1024":
-#              26 runs of 14-19 s, the steps ~136 s; the file is written after each phase)
+#              26 runs of 14-19 s, the steps ~136 s; the file is written after each phase). PROC_SUFFIX names the
+#              file; PROC_FOLLOWS (a process-state file) marks a second process after that one on the same machine
 #   tail       issue 37 item 1d: probes/tail_steps.py on the platform's tune_TAIL_MODEL.json (llama-3.2-1b): its
 #              interleave-4096 and admission_gate-4096 settings (TAIL_SETTINGS) on the engine, 3 repeats, and on its
 #              fitted cost model, every step kept: the chat's gaps split by the steps that ended inside them (chunk or
@@ -228,6 +229,18 @@
 # the new process began where the old one ended, so what slows the runs outlives the process (the card or the machine,
 # not a step of tune's): h200/process_state_qwen2.5-coder-1.5b_baseline.json. Calls now log the GPU's clocks,
 # temperature, power and throttle reasons every 5 s ($OUT/logs/gpu_PART.csv).
+# 12-07 (#25): no call ran. From 19:40 to 20:32 UTC every start failed or was refused (failed starts ~90 s, one machine
+# taken back mid-start 237 s, refusals 15 s), then the device tool said no machine is lent for the rest of the session:
+# ~1,030 s of the 1,800 spent on starts. Made ready for the next call: process_state keeps each run's and phase's UTC
+# start and wall; the GPU log runs in UTC, appends (two processes of one part share it) and logs GPU use; after the
+# call run `python -m probes.gpu_clocks data/results/PLAT/process_state_qwen2.5-coder-1.5b_clocks.json
+# data/results/PLAT/logs_DATE/gpu_process.csv --save` (and the same on the _again file): per run its clocks,
+# temperature, power and throttle reasons, and the Spearman link of its ITL with its SM clock; the paper says it.
+#   next (any card, 1 call, ~560 s; the item below with the suffixes that keep #24's files): export
+#      PROC_SETTINGS="stall_free-512 stall_free-1024" PROC_ROUNDS=1; PROC_SUFFIX=_clocks T_PROC=330 bash
+#      scripts/h200_batch.sh process; PROC_SUFFIX=_clocks_again PROC_PHASES="start again" T_PROC=180
+#      PROC_FOLLOWS=data/results/$MLXLAB_PLATFORM/process_state_qwen2.5-coder-1.5b_clocks.json bash
+#      scripts/h200_batch.sh process (on an H200 runs take ~23 s: the first process may stop after 4-5 phases).
 #   next (any card, 1 call): the same two processes with the GPU log, to see whether the card slows (clocks, throttle
 #      reasons) as the runs do: PROC_SETTINGS="stall_free-512 stall_free-1024" PROC_ROUNDS=1 T_PROC=300 process, then
 #      PROC_SUFFIX=_again the same (one call: `... process; PROC_SUFFIX=_again ... process`). If the clocks fall, the
@@ -548,7 +561,7 @@ case "$part" in
     # x4 file those are stall_free-256 (28 s a run) and -512: with stall_free-512 and -1024 (33 s a round) the six
     # phases fit one call. The file is written after each phase, so a call cut short keeps what finished
     T=${T_PROC:-560} run $PY -m probes.process_state "$f" --rounds ${PROC_ROUNDS:-2} ${PROC_SETTINGS:+--settings $PROC_SETTINGS} \
-      ${PROC_PHASES:+--phases $PROC_PHASES} ${PROC_SUFFIX:+--suffix $PROC_SUFFIX} ;;
+      ${PROC_PHASES:+--phases $PROC_PHASES} ${PROC_SUFFIX:+--suffix $PROC_SUFFIX} ${PROC_FOLLOWS:+--follows $PROC_FOLLOWS} ;;
   packed)  # issue 37 item 1b: a packed step against its two forwards back to back at one repeated shape (after the
     # first repeat every shape is warm), with mlx's default cuDNN attention and with it off: one process each
     P="$PY -m probes.fused_step_bench $M --repeats ${PACKED_REPEATS:-15}"

@@ -522,6 +522,26 @@ def test_serve_verdict_decides_on_the_worst_itl_p99_ratio_and_reports_the_added_
     assert serve_verdicts({})[0]["verdict"] == "not measured"
 
 
+def test_serve_verdict_calls_a_ratio_inside_its_rounds_noise_band_inconclusive_not_a_pass_or_a_failure():
+    from mlxlab.studies.serving.run import serve_verdicts
+
+    def res(pooled, paired):
+        return {"streams": {"1": {"ratios": {"itl_p99_ms": pooled}, "http": {"ttft_p50_ms": 11.0},
+                                  "in_process": {"ttft_p50_ms": 10.0}, "same_tokens": True,
+                                  "paired_ratios": {"itl_p99_ms": paired}}}}
+
+    # 1.45 under the 1.5 bound, but the rounds' ratios spread (MAD 0.2 over 5: band 0.268): it could be either side
+    (v,) = serve_verdicts({"a": res(1.45, [1.2, 1.45, 1.65, 1.25, 1.7])})
+    assert v["verdict"] == "inconclusive" and v["measured"]["unresolved"] == ["a:1"]
+    assert v["measured"]["itl_p99_ratio_band"]["a:1"] == 0.268 and v["measured"]["repeats_to_resolve"] > 5
+    # the same figure with tight rounds passes; one over the bound beyond its band fails
+    assert serve_verdicts({"a": res(1.45, [1.44, 1.45, 1.46, 1.45, 1.45])})[0]["verdict"] == "reproduced"
+    assert serve_verdicts({"a": res(1.9, [1.85, 1.9, 1.95, 1.9, 1.9])})[0]["verdict"] == "not reproduced"
+    # a failure anywhere outweighs an inconclusive elsewhere
+    both = {"a": res(1.45, [1.2, 1.45, 1.65, 1.25, 1.7]), "b": res(1.9, [1.85, 1.9, 1.95, 1.9, 1.9])}
+    assert serve_verdicts(both)[0]["verdict"] == "not reproduced"
+
+
 def test_bench_serve_rescore_decides_a_saved_file_again_in_place(tmp_path):
     """--rescore adds the verdicts and rescored_by and keeps the measurements as they were."""
     import json

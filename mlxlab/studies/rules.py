@@ -9,7 +9,8 @@ compares. :func:`within_noise` is the noise test every verdict that stores ``wit
 from __future__ import annotations
 
 import math
-from typing import Optional
+import statistics
+from typing import Optional, Sequence
 
 #: a threshold within this many times the repeat spread of the deciding figure is within noise
 NOISE_FACTOR = 3.0
@@ -64,6 +65,18 @@ def repeats_to_resolve(band: float, margin: float, repeats: Optional[int]) -> Op
     if not repeats or not all_finite(band, margin) or margin <= 0:
         return None
     return max(int(repeats) + 1, math.ceil(int(repeats) * (band / margin) ** 2))
+
+
+def paired_band(paired: Sequence[float], floor: float) -> tuple:
+    """(median, band) of paired per-repeat ratios: band = max(``floor``, 3 x MAD / sqrt(n)), the
+    distance from the median inside which a difference is repeat-to-repeat noise (MAD: median
+    absolute deviation of the ratios from their median)."""
+    v = [x for x in paired if x is not None and math.isfinite(x)]
+    if not v:
+        return float("nan"), float("nan")
+    med = float(statistics.median(v))
+    mad = float(statistics.median([abs(x - med) for x in v]))
+    return med, max(floor, 3 * mad / math.sqrt(len(v)))
 
 
 def noise_outcome(passed: Optional[bool], *, margin: float, band: float, repeats: Optional[int]) -> dict:

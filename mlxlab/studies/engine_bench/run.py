@@ -22,7 +22,7 @@ from mlxlab.core.metrics import median_and_p99
 from mlxlab.core.presets import model_limits, module_of
 from mlxlab.engine.loop import Engine
 from mlxlab.engine.warmup import random_prompt
-from mlxlab.studies.rules import common_prefix, noise_outcome
+from mlxlab.studies.rules import common_prefix, noise_outcome, paired_band  # noqa: F401 (prefill_step imports it here)
 
 
 def window_throughput(token_times: Sequence[Sequence[float]]) -> float:
@@ -192,18 +192,6 @@ def exactness_check(model, lengths: Sequence[int] = (7, 40, 90, 3), max_tokens: 
         rows.append({"prompt_tokens": len(p), "equal": r.output_tokens == ref, "common_prefix": n,
                      "tokens": len(ref), "ref_top2_gap_at_split": gaps[n] if n < len(gaps) else None})
     return {"chunk_size": chunk_size, "max_tokens": max_tokens, "requests": rows}
-
-
-def paired_band(paired: Sequence[float], floor: float) -> tuple:
-    """(median, band) of paired per-repeat ratios: band = max(``floor``, 3 x MAD / sqrt(n)), the
-    distance from the median inside which a difference is repeat-to-repeat noise (MAD: median
-    absolute deviation of the ratios from their median)."""
-    v = [x for x in paired if x is not None and math.isfinite(x)]
-    if not v:
-        return float("nan"), float("nan")
-    med = float(statistics.median(v))
-    mad = float(statistics.median([abs(x - med) for x in v]))
-    return med, max(floor, 3 * mad / math.sqrt(len(v)))
 
 
 SPEED_METRICS = {"prefill": ("single_prefill_tok_s", "generate_step"),

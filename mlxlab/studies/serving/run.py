@@ -132,6 +132,7 @@ def _rounds(model, url, model_name, streams, prompt_tokens, max_tokens, repeats,
     for n in streams:
         prompts = [random_prompt(prompt_tokens, vocab, seed + i) for i in range(n)]
         pooled = {"http": {"ttft": [], "itl": []}, "in_process": {"ttft": [], "itl": []}}
+        rounds: Dict[str, List[dict]] = {"http": [], "in_process": []}  # each round's own figures: the spread
         same, diffs = True, []
         for rep in range(repeats):
             order = ("http", "in_process") if rep % 2 == 0 else ("in_process", "http")
@@ -141,6 +142,7 @@ def _rounds(model, url, model_name, streams, prompt_tokens, max_tokens, repeats,
                              else in_process(model, prompts, max_tokens, **engine_options))
                 pooled[path]["ttft"] += got[path]["ttft"]
                 pooled[path]["itl"] += got[path]["itl"]
+                rounds[path].append(_summary(got[path]["ttft"], got[path]["itl"]))
             same = same and got["http"]["tokens"] == got["in_process"]["tokens"]
             diffs.append(first_differences(got["http"]["tokens"], got["in_process"]["tokens"]))
             if progress:
@@ -148,7 +150,10 @@ def _rounds(model, url, model_name, streams, prompt_tokens, max_tokens, repeats,
         h, e = _summary(**pooled["http"]), _summary(**pooled["in_process"])
         out[str(n)] = {"http": h, "in_process": e, "same_tokens": same, "first_difference": diffs,
                        "ratios": {k: h[k] / e[k] for k in ("ttft_p50_ms", "ttft_p99_ms", "itl_p50_ms", "itl_p99_ms")
-                                  if e[k] > 0}}
+                                  if e[k] > 0}, "rounds": rounds,
+                       "paired_ratios": {k: [a[k] / b[k] if b[k] > 0 else float("nan")
+                                             for a, b in zip(rounds["http"], rounds["in_process"])]
+                                         for k in ("itl_p99_ms", "ttft_p50_ms")}}
     return {"streams": out, "wall_s": time.perf_counter() - t_start,
             "config": {"streams": list(streams), "prompt_tokens": prompt_tokens, "max_tokens": max_tokens,
                        "repeats": repeats, "seed": seed, "engine_options": engine_options}}
@@ -173,29 +178,51 @@ SERVE_ITL_X = 1.5  # HTTP over in-process ITL p99, at most (data/claims/mlxlab.y
 
 
 def serve_verdicts(presets: Dict[str, dict]) -> List[dict]:
-    """``mlx-serve-itl`` from :func:`serve_overhead` results by preset: reproduced when every
-    preset and concurrency has an HTTP ITL p99 at most SERVE_ITL_X times the in-process one.
-    Measured: the worst ratio and where, every ratio, and the TTFT p50 the HTTP path added (ms)."""
+    """``mlx-serve-itl`` from :func:`serve_overhead` results by preset: per preset and concurrency the
+    HTTP ITL p99 over the in-process one (pooled over the rounds) against SERVE_ITL_X, with a noise band
+    from the rounds' own ratios (:func:`~mlxlab.studies.rules.paired_band`, 3 x MAD / sqrt(rounds)): a
+    ratio nearer the bound than its band is inconclusive (results before 2026-12-07 #25 store no rounds
+    and are decided on the pooled ratio alone). Reproduced when every ratio is under the bound beyond its
+    band, not reproduced when one is over it beyond its band, else inconclusive. Measured: the worst
+    ratio and where, every ratio and band, and the TTFT p50 the HTTP path added (ms)."""
     from mlxlab.core.claims import verdict
+    from mlxlab.studies.rules import noise_outcome, paired_band
 
-    ratios, extra_ttft, same = {}, {}, {}
+    ratios, bands, extra_ttft, same, outs = {}, {}, {}, {}, {}
     for name, res in presets.items():
         for n, r in (res.get("streams") or {}).items():
             key = f"{name}:{n}"
             ratios[key] = round(float(r["ratios"].get("itl_p99_ms", float("nan"))), 3)
             extra_ttft[key] = round(r["http"]["ttft_p50_ms"] - r["in_process"]["ttft_p50_ms"], 1)
             same[key] = bool(r.get("same_tokens"))
+            paired = (r.get("paired_ratios") or {}).get("itl_p99_ms")
+            if paired and ratios[key] == ratios[key]:
+                bands[key] = round(paired_band(paired, 0.0)[1], 3)
+                outs[key] = noise_outcome(ratios[key] <= SERVE_ITL_X, margin=SERVE_ITL_X - ratios[key],
+                                          band=bands[key], repeats=len(paired))
     finite = {k: v for k, v in ratios.items() if v == v}
     worst = max(finite, key=finite.get) if finite else None
-    v = "not measured" if worst is None else ("reproduced" if finite[worst] <= SERVE_ITL_X else "not reproduced")
+    per = {k: (outs[k]["verdict"] if k in outs else ("reproduced" if v <= SERVE_ITL_X else "not reproduced"))
+           for k, v in finite.items()}
+    v = ("not measured" if worst is None else "not reproduced" if "not reproduced" in per.values()
+         else "inconclusive" if "inconclusive" in per.values() else "reproduced")
     measured = None if worst is None else {"worst": finite[worst], "where": worst, "itl_p99_ratio": ratios,
                                            "http_extra_ttft_p50_ms": extra_ttft, "same_tokens": same}
+    if measured is not None and bands:
+        need = [o.get("repeats_to_resolve") for o in outs.values() if o.get("repeats_to_resolve")]
+        measured.update({"itl_p99_ratio_band": bands, "unresolved": sorted(k for k, x in per.items()
+                                                                           if x == "inconclusive"),
+                         "repeats_to_resolve": max(need) if need else None})
     return [verdict(
         "mlx-serve-itl", v, measured=measured,
         rule=f"Per preset and concurrency: the HTTP path's ITL p99 (gaps between the arrivals of a stream's tokens "
              f"at the client, pooled over the rounds) over the in-process engine's (gaps as the engine reads its "
-             f"tokens). Reproduced when every ratio is at most {SERVE_ITL_X:g}; measured: the worst, every ratio, "
-             f"and the TTFT p50 the HTTP path adds in ms (reported, not decided).",
+             f"tokens), at most {SERVE_ITL_X:g}. Each ratio has a noise band from its rounds' own ratios (3 x their "
+             f"median absolute deviation / sqrt(rounds)): reproduced when every ratio is under the bound by more "
+             f"than its band, not reproduced when one is over it by more than its band, else inconclusive (with "
+             f"the repeats that would resolve it). Results that store no rounds are decided on the pooled ratio "
+             f"alone. Measured: the worst, every ratio and band, and the TTFT p50 the HTTP path adds in ms "
+             f"(reported, not decided).",
         fairness="The same model object, prompts and engine options on both paths, the rounds alternating which path "
                  "runs first, the client in a process of its own. Tokens that reach the client in one chunk share a "
                  "stamp, which lowers the HTTP side's ITL p50 (so only p99 is decided). same_tokens compares the two "
