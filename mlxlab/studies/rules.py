@@ -93,17 +93,74 @@ def noise_outcome(passed: Optional[bool], *, margin: float, band: float, repeats
     return {"verdict": "reproduced" if passed else "not reproduced", "within_noise": False}
 
 
+def run_ratios(num: Sequence, den) -> list:
+    """Per-repeat ratios ``num[i] / den[i]`` (``den`` a sequence paired by repeat: the repeats ran
+    outermost, so repeat i of each side ran in the same round) or ``num[i] / den`` (a number), keeping
+    only the repeats where both are finite and the denominator positive."""
+    dens = list(den) if isinstance(den, (list, tuple)) else [den] * len(num or [])
+    out = []
+    for a, b in zip(num or [], dens):
+        a, b = as_float(a), as_float(b)
+        if all_finite(a, b) and b > 0:
+            out.append(a / b)
+    return out
+
+
+def ratio_band(num: Sequence, den) -> tuple:
+    """(band, repeats) of a ratio figure from its per-repeat ratios (:func:`run_ratios`): band =
+    3 x MAD / sqrt(n) (:func:`paired_band`, no floor); (None, n) with fewer than two repeats."""
+    v = run_ratios(num, den)
+    return (paired_band(v, 0.0)[1] if len(v) >= 2 else None), len(v)
+
+
+def bound_check(x: float, limit: float, band: Optional[float], repeats: Optional[int], *,
+                low: Optional[float] = None) -> dict:
+    """The outcome of one figure ``x`` held to ``x <= limit`` (and ``x >= low`` where given) with a
+    noise band ``band`` (same units as ``x``): :func:`noise_outcome` on the distance to the nearer
+    bound; without a band (one repeat) decided on ``x`` alone (``within_noise`` None)."""
+    x = as_float(x)
+    if not all_finite(x, limit):
+        return {"verdict": "not measured", "within_noise": None}
+    passed = x <= limit and (low is None or x >= low)
+    margin = min(limit - x, (x - low) if low is not None else math.inf)
+    if band is None or not math.isfinite(band):
+        return {"verdict": "reproduced" if passed else "not reproduced", "within_noise": None}
+    return noise_outcome(passed, margin=margin, band=band, repeats=repeats)
+
+
+def combine_outcomes(outcomes: Sequence[dict]) -> dict:
+    """One verdict from the outcomes of every comparison a claim needs: not reproduced when any
+    failed beyond its band (a failure anywhere outweighs an inconclusive elsewhere), else
+    inconclusive when any band reached across its bound (with the most repeats any would need), else
+    not measured when any was, else reproduced. ``within_noise`` is None when no comparison had a
+    band."""
+    vs = [o["verdict"] for o in outcomes]
+    v = next((k for k in ("not reproduced", "inconclusive", "not measured") if k in vs), "reproduced" if vs else
+             "not measured")
+    banded = any(o.get("within_noise") is not None for o in outcomes)
+    out = {"verdict": v, "within_noise": (v == "inconclusive") if banded else None}
+    need = [o["repeats_to_resolve"] for o in outcomes if o.get("repeats_to_resolve")]
+    if v == "inconclusive":
+        out["repeats_to_resolve"] = max(need) if need else None
+    return out
+
+
 def decided(claim_id: str, passed: Optional[bool], measured, rule: str, fairness: str, evidence: str,
-            why_not: str = "a configuration it needs did not run or measured nothing") -> dict:
+            why_not: str = "a configuration it needs did not run or measured nothing",
+            outcome: Optional[dict] = None) -> dict:
     """A verdict record: reproduced / not reproduced as ``passed`` says; "not measured" (with
-    ``why_not`` in the rule) when ``passed`` is None."""
+    ``why_not`` in the rule) when ``passed`` is None. ``outcome`` (:func:`combine_outcomes` of the
+    comparisons with their noise bands), where given, decides a measured claim instead: it can make
+    it inconclusive, never turn a pass into a failure beyond what ``passed`` says."""
     from mlxlab.core.claims import verdict
 
     if passed is None:
         return verdict(claim_id, "not measured", measured=measured, rule=f"{rule} Not measured: {why_not.rstrip('.')}.",
                        fairness=fairness, evidence=evidence)
-    return verdict(claim_id, "reproduced" if passed else "not reproduced", measured=measured, rule=rule,
-                   fairness=fairness, evidence=evidence)
+    v = "reproduced" if passed else "not reproduced"
+    if outcome is not None and outcome.get("verdict") in ("reproduced", "not reproduced", "inconclusive"):
+        v = outcome["verdict"]
+    return verdict(claim_id, v, measured=measured, rule=rule, fairness=fairness, evidence=evidence)
 
 
 def common_prefix(a, b) -> int:
