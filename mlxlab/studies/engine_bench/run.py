@@ -22,7 +22,7 @@ from mlxlab.core.metrics import median_and_p99
 from mlxlab.core.presets import model_limits, module_of
 from mlxlab.engine.loop import Engine
 from mlxlab.engine.warmup import random_prompt
-from mlxlab.studies.rules import common_prefix, noise_outcome, paired_band  # noqa: F401 (prefill_step imports it here)
+from mlxlab.studies.rules import common_prefix, noise_outcome, paired_band
 
 
 def window_throughput(token_times: Sequence[Sequence[float]]) -> float:

@@ -26,7 +26,7 @@ from mlxlab.core.environment import fast_blas_env
 from mlxlab.core.presets import model_limits, module_of
 from mlxlab.engine.loop import Engine
 from mlxlab.engine.warmup import random_prompt
-from mlxlab.studies.rules import noise_outcome
+from mlxlab.studies.rules import noise_outcome, paired_band
 
 
 def ttft_mlx_lm(model, prompt: List[int], step: int) -> float:
@@ -235,8 +235,6 @@ def verdicts(sweep: pd.DataFrame, protocol: pd.DataFrame, decode: pd.DataFrame, 
     decode_change_pct, band_pct, decode_tok_s_base, decode_tok_s_new, prompt_tokens, repeats.
     accuracy: prompts, tokens_compared, tokens_differing, prompts_differing, first_diff_index,
     max_first_logprob_diff."""
-    from mlxlab.studies.engine_bench.run import paired_band  # not at import: the fresh-process child imports this module
-
     change = summarize_sweep(sweep, base, new)
     noise = sweep_noise_pct(sweep)
     band = max(5.0, 3 * noise)
