@@ -118,8 +118,8 @@ def bound_check(x: float, limit: float, band: Optional[float], repeats: Optional
     """The outcome of one figure ``x`` held to ``x <= limit`` (and ``x >= low`` where given) with a
     noise band ``band`` (same units as ``x``): :func:`noise_outcome` on the distance to the nearer
     bound; without a band (one repeat) decided on ``x`` alone (``within_noise`` None)."""
-    x = as_float(x)
-    if not all_finite(x, limit):
+    x, limit = as_float(x), as_float(limit)
+    if not math.isfinite(x) or math.isnan(limit):  # limit may be inf: a lower bound alone
         return {"verdict": "not measured", "within_noise": None}
     passed = x <= limit and (low is None or x >= low)
     margin = min(limit - x, (x - low) if low is not None else math.inf)
@@ -142,6 +142,34 @@ def combine_outcomes(outcomes: Sequence[dict]) -> dict:
     need = [o["repeats_to_resolve"] for o in outcomes if o.get("repeats_to_resolve")]
     if v == "inconclusive":
         out["repeats_to_resolve"] = max(need) if need else None
+    return out
+
+
+#: what a rule that decides through :func:`noted` adds to its words
+NOISE_RULE = (" Each deciding figure has a noise band from its own repeats: 3 x the median absolute deviation of its "
+              "per-repeat values (ratios of the two sides paired by repeat, which ran in the same round) / "
+              "sqrt(repeats). A figure nearer its bound than its band is inconclusive, with the repeats that would "
+              "resolve it; a failure beyond its band anywhere outweighs an inconclusive elsewhere. One repeat has no "
+              "band and is decided on the figure alone.")
+
+
+def values_band(values: Sequence) -> tuple:
+    """(band, repeats) of a figure from its per-repeat values (already a ratio or a percentage):
+    3 x MAD / sqrt(n); (None, n) with fewer than two finite values."""
+    v = [as_float(x) for x in values or []]
+    v = [x for x in v if math.isfinite(x)]
+    return (paired_band(v, 0.0)[1] if len(v) >= 2 else None), len(v)
+
+
+def noted(measured: dict, outcomes: Sequence[dict], bands: dict) -> dict:
+    """``outcomes`` combined (:func:`combine_outcomes`) and written into ``measured``:
+    ``within_noise``, ``noise_band_x`` (each deciding figure's band, in its own units) and, when
+    inconclusive, ``repeats_to_resolve``. Returns the combined outcome for :func:`decided`."""
+    out = combine_outcomes(outcomes)
+    measured["within_noise"] = out["within_noise"]
+    measured["noise_band_x"] = {k: rounded(b, 4) for k, b in bands.items() if b is not None} or None
+    if out["verdict"] == "inconclusive":
+        measured["repeats_to_resolve"] = out.get("repeats_to_resolve")
     return out
 
 

@@ -394,6 +394,11 @@ SCALARS = ("chat_prefill_tok_s", "chat_chunk_gap_p50_s", "chat_window_tok_s", "w
            "ttft_premium_pct", "ttft_over_floor_pct", "prefill_over_solo_x", "window_over_solo_x", "gap_over_step_x")
 
 
+def _finite(x) -> Optional[float]:
+    """A run's figure for a per-repeat list: None where it measured none (JSON has no NaN)."""
+    return float(x) if isinstance(x, (int, float)) and not isinstance(x, bool) and math.isfinite(x) else None
+
+
 def _stats(values) -> Tuple[float, float, float]:
     """(median, min, max) of the finite values (NaN when none)."""
     v = [float(x) for x in values if x is not None and isinstance(x, (int, float)) and math.isfinite(x)]
@@ -425,7 +430,8 @@ def _derive(runs: List[dict], plan: GatePlan) -> None:
 
 def summarize(runs: List[dict], plan: GatePlan) -> dict:
     """``references`` and ``table`` from the runs: per cell (and reference), each of
-    :data:`SCALARS` as its median over repeats with ``_lo`` / ``_hi`` (min / max over repeats),
+    :data:`SCALARS` as its median over repeats with ``_lo`` / ``_hi`` (min / max over repeats) and
+    ``_runs`` (each repeat's, in repeat order: the verdicts pair two rows' runs by repeat),
     the chat's ITL p50/p99 over the pooled contended gaps of all repeats
     (``chat_itl_p50_pooled_s``, ``chat_itl_p99_pooled_s``) and ``covered_fraction`` (runs whose
     chat streamed through the whole prefill window)."""
@@ -437,8 +443,10 @@ def summarize(runs: List[dict], plan: GatePlan) -> dict:
     for key, rs in groups.items():
         row = {"config": key, "repeats": len(rs), **{k: rs[0][k] for k in ("kind", "policy", "chunk_size", "workers",
                                                                           "prompt_tokens")}}
+        by_repeat = sorted(rs, key=lambda r: r["repeat"])
         for k in SCALARS:
             row[k], row[f"{k}_lo"], row[f"{k}_hi"] = _stats(r.get(k) for r in rs)
+            row[f"{k}_runs"] = [_finite(r.get(k)) for r in by_repeat]  # by repeat: the verdicts' noise bands
         pooled = [g for r in rs for g in r["contended_gaps_s"]]
         row["chat_itl_p50_pooled_s"], row["chat_itl_p99_pooled_s"] = q(pooled, 50), q(pooled, 99)
         cov = [r["chat_covered"] for r in rs if r["chat_covered"] is not None]
@@ -450,7 +458,8 @@ def summarize(runs: List[dict], plan: GatePlan) -> dict:
     floor = {c: a.get("long_ttft_s", float("nan")) for c, a in alone.items()}
     finite = {c: t for c, t in floor.items() if math.isfinite(t)}
     refs = {"solo_tok_s": solo.get("chat_rate_tok_s"), "solo_tok_s_lo": solo.get("chat_rate_tok_s_lo"),
-            "solo_tok_s_hi": solo.get("chat_rate_tok_s_hi"), "solo_itl_s": q(solo_gaps, 50),
+            "solo_tok_s_hi": solo.get("chat_rate_tok_s_hi"), "solo_tok_s_runs": solo.get("chat_rate_tok_s_runs"),
+            "solo_itl_s": q(solo_gaps, 50),
             "solo_itl_p99_s": q(solo_gaps, 99),
             "alone_ttft_s": floor, "alone_ttft_lo_s": {c: a.get("long_ttft_s_lo") for c, a in alone.items()},
             "alone_ttft_hi_s": {c: a.get("long_ttft_s_hi") for c, a in alone.items()},

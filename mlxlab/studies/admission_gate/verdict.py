@@ -8,8 +8,12 @@ config. It decides ``s001-stall-crawl``, ``s001-gate-worst-gap``, ``s001-gate-wi
 The seed's absolute figures belong to its machine, so each rule compares ratios (see
 :mod:`mlxlab.studies.admission_gate.run`): a chat rate over the chat's solo rate (the seed's 65 tok/s), a gap
 over the gap at the chunk that stands for the seed's 2,048 (its 1.5 s), a TTFT over the floor.
-Each verdict also says whether the repeat-to-repeat spread could flip it (``within_noise``: 3x
-the spread of the deciding figure reaches across the threshold; null with one repeat).
+Each deciding figure carries a noise band from its own repeats (the table's ``*_runs``, in repeat order, so
+two rows pair by repeat: 3 x MAD / sqrt(repeats), :mod:`mlxlab.studies.rules`): a figure nearer its
+bound than its band makes the verdict inconclusive (``within_noise`` true, ``repeats_to_resolve``), a
+failure beyond its band anywhere outweighs an inconclusive elsewhere. Results from before 2026-12-07
+(#26) keep no per-repeat values: they are decided on the figures alone (``within_noise`` null), and
+``spread_pct`` ((max - min) / median) stays a report.
 """
 
 from __future__ import annotations
@@ -18,7 +22,8 @@ import math
 from typing import Dict, List, Optional, Tuple
 
 from mlxlab.core.claims import claim
-from mlxlab.studies.rules import all_finite, as_float, decided, finite_or_none, to_ms, within_noise
+from mlxlab.studies.rules import (NOISE_RULE, all_finite, as_float, bound_check, decided, finite_or_none, noted,
+                                  paired_band, ratio_band, to_ms, values_band)
 from mlxlab.studies.scheduling.verdict import GATE_ITL_X, GATE_TTFT_X
 from mlxlab.studies.scheduling.metrics import ratio
 
@@ -51,9 +56,16 @@ def _spread(row: dict, field: str) -> Optional[float]:
     return (hi - lo) / abs(m)
 
 
-def _any(*flags) -> Optional[bool]:
-    known = [f for f in flags if f is not None]
-    return any(known) if known else None
+def _runs(row: dict, field: str) -> list:
+    """A row's per-repeat values of ``field`` (repeat order; empty for files that kept none)."""
+    return list(row.get(f"{field}_runs") or [])
+
+
+def _product_band(a: list, b: list) -> tuple:
+    """(band, repeats) of a figure that is a per-repeat product ``a[i] * b[i]``."""
+    v = [as_float(x) * as_float(y) for x, y in zip(a, b)]
+    v = [x for x in v if math.isfinite(x)]
+    return (paired_band(v, 0.0)[1] if len(v) >= 2 else None), len(v)
 
 
 class _Result:
@@ -127,8 +139,14 @@ def stall_crawl(r: _Result) -> dict:
                 "seed_equivalent_tok_s": finite_or_none(ratio(SEED_SOLO_TOK_S, collapse)),
                 **{f"collapse_w{w}_x": finite_or_none(ratio(solo, r.get("interleave", ref, w, "chat_prefill_tok_s")))
                    for w in r.workers if w > 1 and r.row("interleave", ref, w)},
-                "spread_pct": None if s is None else 100 * s,
-                "within_noise": within_noise(collapse, CRAWL_MIN_X, s)}
+                "spread_pct": None if s is None else 100 * s}
+    solo_runs, pos = r.refs.get("solo_tok_s_runs") or [], _runs(row, "prefill_over_solo_x")
+    b_c, n_c = ratio_band([1.0] * len(pos), pos)  # each repeat's collapse: 1 / (its rate over its solo rate)
+    predicted = [as_float(a) * as_float(t) for a, t in zip(solo_runs, _runs(row, "chunk_time_s"))]
+    b_m, n_m = ratio_band([1.0 / x if as_float(x) > 0 else None for x in pos], predicted)
+    out = noted(measured, [bound_check(collapse, math.inf, b_c, n_c, low=CRAWL_MIN_X),
+                           bound_check(mech, MECHANISM_BAND[1], b_m, n_m, low=MECHANISM_BAND[0])],
+                {"collapse": b_c, "mechanism_ratio": b_m})
     ok = None
     if all_finite(collapse, mech):
         ok = collapse >= CRAWL_MIN_X and MECHANISM_BAND[0] <= mech <= MECHANISM_BAND[1]
@@ -144,10 +162,10 @@ def stall_crawl(r: _Result) -> dict:
               f"chunk step of ~100 decode steps, so here the collapse to expect is the step's length in decode "
               f"steps (predicted_collapse_x), not 100x; what would falsify it: a chat that keeps decoding between "
               f"chunks (collapse under {CRAWL_MIN_X:g}x) or a collapse the one-token-per-step mechanism does not "
-              f"explain (outside the band).",
+              f"explain (outside the band)." + NOISE_RULE,
               r.fairness("the stall and the solo chat measured on the same workload seed in every repeat",
                          prompt_tokens=row.get("prompt_tokens")),
-              f"admission_gate table row {row.get('config')}, references.solo_tok_s")
+              f"admission_gate table row {row.get('config')}, references.solo_tok_s", outcome=out)
 
 
 def gate_worst_gap(r: _Result) -> dict:
@@ -180,7 +198,14 @@ def gate_worst_gap(r: _Result) -> dict:
     worst_key = max(ratios, key=lambda k: ratios[k] if math.isfinite(ratios[k]) else -1, default=None)
     s = _spread(cells[worst_key], "gap_over_step_x") if worst_key else None
     measured["spread_pct"] = None if s is None else 100 * s
-    measured["within_noise"] = within_noise(as_float(measured["worst_gap_over_step_x"]), GAP_STEP_MAX_X, s)
+    outs, bands = [], {}
+    for (c, w), row in cells.items():
+        bands[f"gap_over_step_c{c}_w{w}"], n = values_band(_runs(row, "gap_over_step_x"))
+        outs.append(bound_check(ratios[(c, w)], GAP_STEP_MAX_X, bands[f"gap_over_step_c{c}_w{w}"], n))
+    bands["gate_growth"], n = ratio_band(_runs(r.row(GATE, top, hi_w), "chat_worst_gap_s"),
+                                         _runs(r.row(GATE, top, lo_w), "chat_worst_gap_s"))
+    outs.append(bound_check(growth, GAP_GROWTH_MAX_X, bands["gate_growth"], n))
+    out = noted(measured, outs, bands)
     ok = None
     if cells and all(math.isfinite(x) for x in ratios.values()) and all_finite(growth):
         ok = max(ratios.values()) <= GAP_STEP_MAX_X and growth <= GAP_GROWTH_MAX_X
@@ -189,9 +214,9 @@ def gate_worst_gap(r: _Result) -> dict:
               f"over repeats) over the longest step that ran one long-prompt chunk in that run; reproduced when it "
               f"is at most {GAP_STEP_MAX_X:g} everywhere (one chunk step) and the gate's worst gap with {hi_w} "
               f"workers is at most {GAP_GROWTH_MAX_X:g}x the one with {lo_w} at chunk {top} (however deep the "
-              f"queue); interleave at the same chunks is the contrast.",
+              f"queue); interleave at the same chunks is the contrast." + NOISE_RULE,
               r.fairness("the gate and interleave at equal chunk sizes and worker counts on the same workloads"),
-              "admission_gate table rows admission_gate/* and interleave/*")
+              "admission_gate table rows admission_gate/* and interleave/*", outcome=out)
 
 
 def gate_window_rate(r: _Result) -> dict:
@@ -217,8 +242,13 @@ def gate_window_rate(r: _Result) -> dict:
                 "window_ttft_premium_pct": finite_or_none(one.get("ttft_premium_pct")),
                 "gate_window_gaps_max": finite_or_none(max((x for x in plain if math.isfinite(x)), default=None)),
                 "seed_equivalent_tok_s": finite_or_none(SEED_SOLO_TOK_S * lo_x) if all_finite(lo_x) else None,
-                "spread_pct": None if s is None else 100 * s,
-                "within_noise": _any(within_noise(lo_x, WINDOW_BAND[0], s), within_noise(hi_x, WINDOW_BAND[1], s))}
+                "spread_pct": None if s is None else 100 * s}
+    outs, bands = [], {}
+    for (c, w), row in cells.items():
+        bands[f"window_over_solo_c{c}_w{w}"], n = values_band(_runs(row, "window_over_solo_x"))
+        outs.append(bound_check(row.get("window_over_solo_x"), WINDOW_BAND[1], bands[f"window_over_solo_c{c}_w{w}"], n,
+                                low=WINDOW_BAND[0]))
+    out = noted(measured, outs, bands)
     ok = None if not all_finite(lo_x, hi_x) else (WINDOW_BAND[0] <= lo_x and hi_x <= WINDOW_BAND[1])
     return decided("s001-gate-window-rate", ok, measured,
               f"Scaled rule: the seed's 60-70 tok/s between chunks is its solo 65 tok/s (0.92-1.08x). Under "
@@ -226,10 +256,10 @@ def gate_window_rate(r: _Result) -> dict:
               f"each chunk), the chat's rate over its gaps in the prefill window that no long-prompt chunk ran in, "
               f"over its solo rate, for every worker count; reproduced when it lies in "
               f"{WINDOW_BAND[0]:g}-{WINDOW_BAND[1]:g}x. The plain gate runs one decode per chunk, so it has no "
-              f"such window (gate_window_gaps_max).",
+              f"such window (gate_window_gaps_max)." + NOISE_RULE,
               r.fairness("the window gate, the plain gate and the solo chat in the same repeats"),
               "admission_gate table rows admission_gate_window/*, references.solo_tok_s",
-              why_not="admission_gate_window did not run, or its chat had no decode-only gap")
+              why_not="admission_gate_window did not run, or its chat had no decode-only gap", outcome=out)
 
 
 def sweet_spot(r: _Result) -> dict:
@@ -249,7 +279,6 @@ def sweet_spot(r: _Result) -> dict:
     seed_rel = {lo: SEED_SWEET_GAP_S[0] / SEED_REF_GAP_S, hi: SEED_SWEET_GAP_S[1] / SEED_REF_GAP_S}
     p_lo, p_hi = SEED_PREMIUM_PCT[0] / PREMIUM_FACTOR, SEED_PREMIUM_PCT[1] * PREMIUM_FACTOR
     s = max([x for x in (_spread(r.row(GATE, c, 1), "long_ttft_s") for c in (lo, hi)) if x is not None], default=None)
-    near = [within_noise(prem[c], lim, s, 100 + prem[c]) for c in (lo, hi) for lim in (p_lo, p_hi)]
     measured = {"chunk_lo_tokens": lo, "chunk_hi_tokens": hi, "chunk_ref_tokens": ref,
                 "gap_p50_lo_ms": to_ms(gap[lo]), "gap_p50_hi_ms": to_ms(gap[hi]), "gap_p50_ref_ms": to_ms(gap[ref]),
                 "gap_lo_over_ref_x": finite_or_none(rel[lo]), "gap_hi_over_ref_x": finite_or_none(rel[hi]),
@@ -259,7 +288,16 @@ def sweet_spot(r: _Result) -> dict:
                 "worst_gap_hi_ms": to_ms(r.get(GATE, hi, 1, "chat_worst_gap_s")),
                 "premium_lo_pct": finite_or_none(prem[lo]), "premium_hi_pct": finite_or_none(prem[hi]), "premium_ref_pct": finite_or_none(prem[ref]),
                 "floor_s": finite_or_none(r.refs.get("floor_s")), "floor_chunk_tokens": r.refs.get("floor_chunk"),
-                "spread_pct": None if s is None else 100 * s, "within_noise": _any(*near)}
+                "spread_pct": None if s is None else 100 * s}
+    outs, bands = [], {}
+    for c in (lo, hi):
+        bands[f"gap_c{c}_over_ref"], n = ratio_band(_runs(r.row(GATE, c, 1), "chat_chunk_gap_p50_s"),
+                                                    _runs(r.row(GATE, ref, 1), "chat_chunk_gap_p50_s"))
+        outs.append(bound_check(rel[c], seed_rel[c] * SWEET_GAP_FACTOR, bands[f"gap_c{c}_over_ref"], n,
+                                low=seed_rel[c] / SWEET_GAP_FACTOR))
+        bands[f"premium_c{c}_pct"], n = values_band(_runs(r.row(GATE, c, 1), "ttft_over_floor_pct"))
+        outs.append(bound_check(prem[c], p_hi, bands[f"premium_c{c}_pct"], n, low=p_lo))
+    out = noted(measured, outs, bands)
     ok = None
     if all_finite(rel[lo], rel[hi], prem[lo], prem[hi]):
         gaps_ok = all(seed_rel[c] / SWEET_GAP_FACTOR <= rel[c] <= seed_rel[c] * SWEET_GAP_FACTOR for c in (lo, hi))
@@ -273,9 +311,9 @@ def sweet_spot(r: _Result) -> dict:
               f"{p_lo:g}-{p_hi:g}% (15-30% within {PREMIUM_FACTOR:g}x); not reproduced otherwise. What would "
               f"falsify it: gaps that do not shrink in proportion to the chunk (a ratio outside the band), or a "
               f"premium outside the band, which is wide ({p_lo:g}-{p_hi:g}%) because the seed gave a range, not a "
-              f"figure, for a different model and prompt.",
+              f"figure, for a different model and prompt." + NOISE_RULE,
               r.fairness("every chunk size and its alone reference on the same prompt in every repeat"),
-              f"admission_gate table rows admission_gate/c{{{lo},{hi},{ref}}}/w1, references.floor_s")
+              f"admission_gate table rows admission_gate/c{{{lo},{hi},{ref}}}/w1, references.floor_s", outcome=out)
 
 
 def gate_vs_stall_free(r: _Result) -> dict:
@@ -308,12 +346,24 @@ def gate_vs_stall_free(r: _Result) -> dict:
                 "stall_free_itl_p99_ms": to_ms(r.get("stall_free", *head, "chat_itl_p99_pooled_s")),
                 "gate_long_ttft_s": finite_or_none(r.get(GATE, *head, "long_ttft_s")),
                 "stall_free_long_ttft_s": finite_or_none(r.get("stall_free", *head, "long_ttft_s")),
-                "spread_pct": 100 * max(spreads) if spreads else None,
-                "within_noise": _any(within_noise(as_float(i_max), GATE_ITL_X, s_i), within_noise(as_float(t_max), GATE_TTFT_X, s_t))}
+                "spread_pct": 100 * max(spreads) if spreads else None}
     limit = float(claim("mlx-stall-free-itl").published["value"])
     base_x = max((as_float(sf[k].get("chat_itl_p99_pooled_s")) for k in pairs), default=float("nan")) * r.solo_tok_s
     measured.update(stall_free_itl_p99_over_solo_x=finite_or_none(base_x),
                     baseline_meets_own_bound=bool(base_x <= limit) if math.isfinite(base_x) else None)
+    outs, bands = [], {}
+    for k in pairs:
+        c, w = k
+        bands[f"itl_p99_ratio_c{c}_w{w}"], n = ratio_band(_runs(gate[k], "chat_itl_p99_s"), _runs(sf[k], "chat_itl_p99_s"))
+        outs.append(bound_check(itl[k], GATE_ITL_X, bands[f"itl_p99_ratio_c{c}_w{w}"], n))
+        bands[f"ttft_ratio_c{c}_w{w}"], n = ratio_band(_runs(gate[k], "long_ttft_s"), _runs(sf[k], "long_ttft_s"))
+        outs.append(bound_check(ttft[k], GATE_TTFT_X, bands[f"ttft_ratio_c{c}_w{w}"], n))
+    if pairs:  # the baseline in its worst cell: its p99 x the solo rate, repeat by repeat
+        k = max(pairs, key=lambda k: as_float(sf[k].get("chat_itl_p99_pooled_s")))
+        bands["stall_free_itl_p99_over_solo"], n = _product_band(_runs(sf[k], "chat_itl_p99_s"),
+                                                                 r.refs.get("solo_tok_s_runs") or [])
+        outs.append(bound_check(base_x, limit, bands["stall_free_itl_p99_over_solo"], n))
+    out = noted(measured, outs, bands)
     ok = None if not (pairs and fin and math.isfinite(base_x)) else (
         max(itl.values()) <= GATE_ITL_X and max(ttft.values()) <= GATE_TTFT_X and base_x <= limit)
     return decided("s001-gate-vs-stall-free", ok, measured,
@@ -321,13 +371,13 @@ def gate_vs_stall_free(r: _Result) -> dict:
               f"and worker count both ran ({len(pairs)} cells), the same chat beside the same long prompts: "
               f"reproduced (the gate approximates stall-free batching) when everywhere the gate's chat ITL p99 "
               f"(pooled over repeats) is at most {GATE_ITL_X:g}x stall_free's and its last long-prompt TTFT at most "
-              f"{GATE_TTFT_X:g}x stall_free's (the scheduling study's bounds); not reproduced otherwise." + f"A comparison with a baseline holds the baseline to its own bound: when stall_free's chat ITL p99 is "
+              f"{GATE_TTFT_X:g}x stall_free's (the scheduling study's bounds); not reproduced otherwise. " + f"A comparison with a baseline holds the baseline to its own bound: when stall_free's chat ITL p99 is "
               f"over {limit:g}x the chat's solo ITL, in its worst cell (mlx-stall-free-itl's bound), stall_free is not stall-free here and "
-              f"the claim is not reproduced, however close the gate comes to it.",
+              f"the claim is not reproduced, however close the gate comes to it." + NOISE_RULE,
               r.fairness("both policies on the same seeded workloads, model object and repeats; stall_free packs its "
                          "decode and chunk into one forward where the model fuses and leaves one budget token to "
                          "each decode, the gate runs the decode and the chunk back to back"),
-              "admission_gate table rows admission_gate/* and stall_free/*")
+              "admission_gate table rows admission_gate/* and stall_free/*", outcome=out)
 
 
 CLAIM_IDS = ("s001-stall-crawl", "s001-gate-worst-gap", "s001-gate-window-rate", "s001-sweet-spot",

@@ -36,8 +36,8 @@ import math
 from typing import Dict, List, Optional
 
 from mlxlab.core.claims import claim
-from mlxlab.studies.rules import (all_finite, as_float, bound_check, combine_outcomes, decided, finite_or_none,
-                                  noise_outcome, ratio_band, rounded, to_ms, worst)
+from mlxlab.studies.rules import (NOISE_RULE, all_finite, as_float, bound_check, decided, finite_or_none,
+                                  noise_outcome, noted, ratio_band, to_ms, worst)
 from mlxlab.studies.scheduling.metrics import ratio, spread
 
 #: the claims this study decides (each only where the policies it needs ran)
@@ -50,28 +50,8 @@ GATE_TTFT_X = 1.25  # long-prompt TTFT, gate / stall_free
 REFERENCE_CHUNK = 2048  # the alone-TTFT reference (mlxlab.studies.scheduling.plan.REFERENCE_CHUNK)
 
 
-#: what every rule adds about noise (:func:`_noted`)
-NOISE_RULE = (" Each deciding figure has a noise band from its own repeats: 3 x the median absolute deviation of its "
-              "per-repeat values (ratios of the two sides paired by repeat, which ran in the same round) / "
-              "sqrt(repeats). A figure nearer its bound than its band is inconclusive, with the repeats that would "
-              "resolve it; a failure beyond its band anywhere outweighs an inconclusive elsewhere. One repeat has no "
-              "band and is decided on the figure alone.")
-
-
 def _pct(s: Optional[float]) -> Optional[float]:
     return None if s is None else 100.0 * s
-
-
-def _noted(measured: dict, outcomes: list, bands: dict) -> dict:
-    """``outcomes`` combined (:func:`~mlxlab.studies.rules.combine_outcomes`), written into
-    ``measured``: ``within_noise``, ``noise_band_x`` (each deciding figure's band, in its units) and,
-    when inconclusive, ``repeats_to_resolve``."""
-    out = combine_outcomes(outcomes)
-    measured["within_noise"] = out["within_noise"]
-    measured["noise_band_x"] = {k: rounded(b, 4) for k, b in bands.items() if b is not None} or None
-    if out["verdict"] == "inconclusive":
-        measured["repeats_to_resolve"] = out.get("repeats_to_resolve")
-    return out
 
 
 class _Result:
@@ -135,7 +115,7 @@ def interleave_matches(r: _Result) -> dict:
                 "engine_worst_gap_ms": to_ms(r.get(f"stall/interleave/w{top}", "chat_worst_gap_s")),
                 "mlx_lm_worst_gap_ms": to_ms(r.get(f"stall/mlx_lm/w{top}", "chat_worst_gap_s")),
                 "worst_gap_spread_pct": _pct(s)}
-    out = _noted(measured, outs, bands)
+    out = noted(measured, outs, bands)
     ok = None if not workers or len(fin) < len(workers) else all(lo <= x <= hi for x in fin)
     return decided("mlx-interleave-matches", ok, measured,
               f"reproduced when the engine's interleave / mlx-lm BatchGenerator worst chat gap lies in "
@@ -163,7 +143,7 @@ def slo_chat_itl(r: _Result) -> dict:
                 "infeasible_fraction": finite_or_none(r.rows.get("contended/slo", {}).get("infeasible_fraction")),
                 "itl_p99_spread_pct": _pct(s)}
     b, n = ratio_band(r.runs("contended/slo", "chat_itl_p99_runs_s"), solo)
-    out = _noted(measured, [bound_check(x, limit, b, n)], {"itl_p99_over_solo": b})
+    out = noted(measured, [bound_check(x, limit, b, n)], {"itl_p99_over_solo": b})
     return decided("mlx-slo-chat-itl", None if not math.isfinite(x) else x <= limit, measured,
               f"reproduced when slo's chat ITL p99 (pooled over the repeats' contended gaps) is at most {limit:g}x "
               f"the chat's solo ITL p50 while one long prompt prefills; not reproduced otherwise (the packed "
@@ -187,7 +167,7 @@ def slo_alone_ttft(r: _Result) -> dict:
                 "ttft_over_best_alone_x": finite_or_none(ratio(t, as_float(r.refs.get("alone_ttft_best_s")))),
                 "ttft_spread_pct": _pct(s)}
     b, n = ratio_band(r.runs("alone/slo", "long_ttft_runs_s"), r.runs(ref_key, "long_ttft_runs_s"))
-    out = _noted(measured, [bound_check(x, limit, b, n)], {"ttft_ratio": b})
+    out = noted(measured, [bound_check(x, limit, b, n)], {"ttft_ratio": b})
     return decided("mlx-slo-alone-ttft", None if not math.isfinite(x) else x <= limit, measured,
               f"reproduced when slo's long-prompt TTFT with nobody decoding is at most {limit:g}x the same prompt's "
               f"TTFT alone at chunk {REFERENCE_CHUNK} (interleave); not reproduced otherwise." + NOISE_RULE,
@@ -219,7 +199,7 @@ def slo_not_dominated(r: _Result) -> dict:
                         else noise_outcome(d > 1, margin=d - 1, band=b, repeats=n))
     measured = {"dominating_chunks_n": len(dom), "dominating_chunks": ", ".join(map(str, dom)),
                 "fixed_chunks_n": len(keys), "slo_itl_p99_ms": to_ms(itl), "slo_long_ttft_s": finite_or_none(ttft)}
-    out = _noted(measured, outs, bands)
+    out = noted(measured, outs, bands)
     ok = None if not (keys and all_finite(itl, ttft)) else not dom
     return decided("mlx-slo-not-dominated", ok, measured,
               "reproduced when no fixed chunk size (interleave, one long prompt beside the chat) has both a chat ITL "
@@ -246,7 +226,7 @@ def stall_free_itl(r: _Result) -> dict:
                 "mixed_step_ms": to_ms(r.get(key, "mixed_step_s")), "unfused_mixed_step_ms": to_ms(r.get(unf, "mixed_step_s")),
                 "itl_p99_spread_pct": _pct(s)}
     b, n = ratio_band(r.runs(key, "chat_itl_p99_runs_s"), solo)
-    out = _noted(measured, [bound_check(x, limit, b, n)], {"itl_p99_over_solo": b})
+    out = noted(measured, [bound_check(x, limit, b, n)], {"itl_p99_over_solo": b})
     return decided("mlx-stall-free-itl", None if not math.isfinite(x) else x <= limit, measured,
               f"reproduced when stall_free's chat ITL p99 (token_budget {b}, its decode and chunk in one packed forward "
               f"where the model fuses) is at most {limit:g}x the chat's solo ITL p50 while one long prompt prefills; "
@@ -284,7 +264,7 @@ def overlap(r: _Result) -> dict:
         measured.update(ttft_over_alone_x=finite_or_none(tx), itl_p99_over_solo_x=finite_or_none(ix), best_chunk=best,
                         long_ttft_s=finite_or_none(r.get(key, "long_ttft_s")), itl_p99_ms=to_ms(p99[best]),
                         ttft_spread_pct=_pct(s))
-        out = _noted(measured, [bound_check(tx, ttft_lim, bt, nt), bound_check(ix, itl_lim, bi, ni)],
+        out = noted(measured, [bound_check(tx, ttft_lim, bt, nt), bound_check(ix, itl_lim, bi, ni)],
                      {"ttft_over_alone": bt, "itl_p99_over_solo": bi})
         ok = None if not all_finite(tx, ix) else (tx <= ttft_lim and ix <= itl_lim)
     return decided("mlx-overlap", ok, measured,
@@ -325,7 +305,7 @@ def gate_vs_stall_free(r: _Result) -> dict:
     bt, nt = ratio_band(r.runs(gate, "long_ttft_runs_s"), r.runs(sf, "long_ttft_runs_s"))
     bb, nb = ratio_band(r.runs(sf, "chat_itl_p99_runs_s"), r.solo_itl_s)
     checks = [bound_check(ix, GATE_ITL_X, bi, ni), bound_check(base_x, limit, bb, nb)]
-    out = _noted(measured, checks + ([bound_check(tx, GATE_TTFT_X, bt, nt)] if equal else []),
+    out = noted(measured, checks + ([bound_check(tx, GATE_TTFT_X, bt, nt)] if equal else []),
                  {"itl_p99_ratio": bi, "stall_free_itl_p99_over_solo": bb, **({"ttft_ratio": bt} if equal else {})})
     ok = None
     why = "the admission gate or stall_free did not run at an equal chunk / budget"
