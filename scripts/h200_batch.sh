@@ -229,6 +229,16 @@
 # the new process began where the old one ended, so what slows the runs outlives the process (the card or the machine,
 # not a step of tune's): h200/process_state_qwen2.5-coder-1.5b_baseline.json. Calls now log the GPU's clocks,
 # temperature, power and throttle reasons every 5 s ($OUT/logs/gpu_PART.csv).
+# 12-07 (#26): 2 calls on an H100 (starts failed or were refused 21:58-22:20; one came at 22:23). 1) the process item
+# below with the GPU log: the SM clock held 1,980 MHz, 46-51 C, no throttle reason, while stall_free-512's ITL p50
+# rose 15.6 -> 21.1 ms over the phases; the second process began at 15.4 ms: on the H100 the slowdown stays with the
+# process (#24's H200 pair said it outlived it). 2) the steady cached-profile file is whole (regret 0.0%). Budget
+# left 441 s: a fresh start would spend most of it, so nothing more ran.
+#   next (H200, 1 call): the same process item on the H200, where #24 found the slowdown outlived the process: export
+#      PROC_SETTINGS="stall_free-512 stall_free-1024" PROC_ROUNDS=1; PROC_SUFFIX=_clocks T_PROC=330 ... process;
+#      PROC_SUFFIX=_clocks_again PROC_PHASES="start again" T_PROC=180 PROC_FOLLOWS=data/results/h200/...clocks.json
+#      ... process; then probes.gpu_clocks --save on both.
+#   then: the items below from "the imported trace on the H200" on (H200), the tail probe (H100), #39's list.
 # 12-07 (#25): no call ran. From 19:40 to 20:32 UTC every start failed or was refused (failed starts ~90 s, one machine
 # taken back mid-start 237 s, refusals 15 s), then the device tool said no machine is lent for the rest of the session:
 # ~1,030 s of the 1,800 spent on starts. Made ready for the next call: process_state keeps each run's and phase's UTC
