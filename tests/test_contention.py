@@ -73,6 +73,35 @@ def test_frontier_is_not_measured_without_engine_figures_and_lists_unmeasured_pr
     assert part["verdict"] == "reproduced" and part["measured"]["not_measured"] == ["a", "b"]
 
 
+def _runs_preset(settings, solo_p99_ms=10.0, best_alone_s=1.0):
+    """A preset whose settings carry warm runs: each ``(row, itl_runs_x, ttft_runs_x)`` gets a cold
+    first run and one warm run per figure pair (every gap at that multiple of the solo p99)."""
+    out = {}
+    for label, (row, itl_x, ttft_x) in settings.items():
+        row["runs"] = [{"gaps_ms": [1.0], "ttft_s": 9.0}] + [
+            {"gaps_ms": [i * solo_p99_ms] * 50, "ttft_s": t * best_alone_s} for i, t in zip(itl_x, ttft_x)]
+        out[label] = row
+    return {**_preset(out), "solo": {"itl_p99_ms": solo_p99_ms}, "best_alone_ttft_s": best_alone_s}
+
+
+def test_frontier_near_its_bound_within_the_runs_noise_is_inconclusive():
+    # chat ITL p99 at 1.9x solo (bound 2x), warm runs at 1.5x, 1.9x and 2.3x: band 3 x 0.4 / sqrt(3) = 0.69
+    wide = {"a": _runs_preset({"interleave-512": (_row(1.9, 1.0), [1.5, 1.9, 2.3], [1.0, 1.0, 1.0])})}
+    v = cv.frontier_verdict(wide)
+    assert v["verdict"] == "inconclusive"
+    assert v["measured"]["a"]["unresolved"] == ["interleave-512"]
+    assert v["measured"]["a"]["noise_band_x"]["itl"] == pytest.approx(3 * 0.4 / math.sqrt(3), abs=1e-3)
+    tight = {"a": _runs_preset({"interleave-512": (_row(1.9, 1.0), [1.89, 1.9, 1.91], [1.0, 1.0, 1.0])})}
+    assert cv.frontier_verdict(tight)["verdict"] == "reproduced"
+    # a preset whose every setting misses beyond its band fails the claim, whatever another leaves open
+    miss = _runs_preset({"interleave-512": (_row(3.0, 1.0), [2.9, 3.0, 3.1], [1.0, 1.0, 1.0])})
+    assert cv.frontier_verdict({**wide, "b": miss})["verdict"] == "not reproduced"
+    # one setting passing beyond its band settles its preset, however open another is
+    both = _runs_preset({"interleave-512": (_row(1.9, 1.0), [1.5, 1.9, 2.3], [1.0, 1.0, 1.0]),
+                         "stall_free-256": (_row(1.2, 1.1), [1.19, 1.2, 1.21], [1.1, 1.1, 1.1])})
+    assert cv.frontier_verdict({"a": both})["measured"]["a"]["outcome"] == "reproduced"
+
+
 # ---------------------------------------------------------------------------------- slo defaults
 def test_slo_defaults_reproduced_when_no_fixed_engine_setting_beats_it_on_both():
     presets = {"a": _preset({"slo": _row(2.0, 1.1, policy="slo"),

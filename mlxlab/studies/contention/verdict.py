@@ -13,7 +13,7 @@ import math
 from typing import Dict, List, Mapping, Optional, Tuple
 
 from mlxlab.core.claims import verdict
-from mlxlab.studies.rules import as_float, rounded
+from mlxlab.studies.rules import as_float, bound_check, combine_outcomes, rounded, values_band
 
 ITL_X = 2.0  # the chat's warm ITL p99 over its solo p99, at most
 TTFT_X = 1.2  # the document's warm TTFT over the best alone TTFT of any setting, at most
@@ -42,12 +42,32 @@ def _fairness(presets: Mapping[str, Mapping], extra: str = "") -> str:
     return f"{text} {extra}" if extra else text
 
 
+_RANK = {"reproduced": 0, "inconclusive": 1, "not reproduced": 2}
+
+
+def _setting_outcome(s: Mapping, res: Mapping, itl: float, ttft: float) -> Tuple[dict, dict]:
+    """Whether one setting meets both bounds, with the noise bands of its warm runs' own figures (each
+    run's chat ITL p99 over the solo p99, its document TTFT over the best alone: 3 x MAD / sqrt(runs),
+    :func:`~mlxlab.studies.rules.values_band`); without stored runs, decided on the figures alone."""
+    import numpy as np  # numpy only: the verdicts stay free of MLX
+
+    solo, best = as_float((res.get("solo") or {}).get("itl_p99_ms")), as_float(res.get("best_alone_ttft_s"))
+    runs = [r for r in (s.get("runs") or [])[1:] if r.get("gaps_ms")]
+    b_i, n_i = values_band([float(np.percentile(r["gaps_ms"], 99)) / solo for r in runs] if solo > 0 else [])
+    b_t, n_t = values_band([as_float(r.get("ttft_s")) / best for r in runs] if best > 0 else [])
+    out = combine_outcomes([bound_check(itl, ITL_X, b_i, n_i), bound_check(ttft, TTFT_X, b_t, n_t)])
+    return out, {k: rounded(b, 3) for k, b in (("itl", b_i), ("ttft", b_t)) if b is not None}
+
+
 def frontier_verdict(presets: Mapping[str, Mapping]) -> Dict:
     """Reproduced when on every preset with engine figures some engine setting has a warm
-    ``chat_itl_p99_over_solo`` <= ITL_X and ``doc_ttft_over_best_alone`` <= TTFT_X. Measured per
-    preset: the closest setting (smallest max(itl / ITL_X, ttft / TTFT_X)), its two figures and
-    every setting that meets both."""
-    measured, missing, failing = {}, [], []
+    ``chat_itl_p99_over_solo`` <= ITL_X and ``doc_ttft_over_best_alone`` <= TTFT_X beyond the noise band
+    of its warm runs; inconclusive where no setting of a preset passes beyond its bands but one lies within
+    them; not reproduced when on some preset every setting
+    misses beyond its band. Measured per preset: the closest setting (smallest max(itl / ITL_X, ttft /
+    TTFT_X)), its two figures and every setting that meets both; where runs were stored, its bands
+    (``noise_band_x``), the preset's ``outcome`` and the settings the noise leaves open (``unresolved``)."""
+    measured, missing, failing, outcomes = {}, [], [], {}
     for name, res in presets.items():
         rows = {k: (as_float(s.get("chat_itl_p99_over_solo")), as_float(s.get("doc_ttft_over_best_alone")))
                 for k, s in _engine_rows(res).items()}
@@ -61,16 +81,29 @@ def frontier_verdict(presets: Mapping[str, Mapping]) -> Dict:
                           "doc_ttft_over_best_alone": rounded(rows[best][1]), "passing": passing}
         if not passing:
             failing.append(name)
+        per = {k: _setting_outcome(_engine_rows(res)[k], res, *rows[k]) for k in rows}
+        if any(bands for _, bands in per.values()):
+            outcomes[name] = min((o["verdict"] for o, _ in per.values()), key=_RANK.get)
+            measured[name].update(outcome=outcomes[name], noise_band_x=per[best][1])
+            if outcomes[name] == "inconclusive":
+                measured[name]["unresolved"] = sorted(k for k, (o, _) in per.items() if o["verdict"] == "inconclusive")
     if missing:
         measured["not_measured"] = missing
     v = "not measured" if len(missing) == len(presets) else ("not reproduced" if failing else "reproduced")
+    if v != "not measured" and outcomes:  # presets without runs keep their plain outcome
+        plain = {n: ("not reproduced" if n in failing else "reproduced") for n in measured if n != "not_measured"}
+        v = max({**plain, **outcomes}.values(), key=_RANK.get)
     return verdict(
         "mlx-contention-frontier", v, measured=measured or None,
         rule=f"Per preset, over the engine settings: the chat's warm ITL p99 over the gaps overlapping the document's "
              f"prefill, over the solo chat's p99 (itl), and the document's warm median TTFT over the best warm alone "
              f"TTFT of any setting, mlx-lm's included (ttft; so a setting cannot pass by being slow alone). "
              f"Reproduced when every preset has a setting with itl <= {ITL_X:g} and ttft <= {TTFT_X:g}; measured: "
-             f"per preset the closest setting (smallest max(itl / {ITL_X:g}, ttft / {TTFT_X:g})) and its figures.",
+             f"per preset the closest setting (smallest max(itl / {ITL_X:g}, ttft / {TTFT_X:g})) and its figures. "
+             f"Where the warm runs are stored, each setting's two figures carry the noise band of its runs' own "
+             f"figures (3 x their median absolute deviation / sqrt(runs)): a preset whose best setting meets both "
+             f"bounds beyond its bands passes, one where a setting's figures lie within their bands of the bounds "
+             f"(and none passes beyond them) is inconclusive, and the verdict is the worst preset's.",
         fairness=_fairness(presets))
 
 
