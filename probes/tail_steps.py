@@ -163,6 +163,29 @@ def step_costs(records: Sequence[dict], predicted: Sequence[float]) -> Dict[str,
             for k, v in sorted(by.items())}
 
 
+def decode_steps(records: Sequence[dict], predicted: Sequence[float], requests: Sequence, tenant: str) -> Dict[str, dict]:
+    """The steps with decode rows and no prefill chunk, split by whether ``tenant``'s requests (objects
+    with ``id`` and ``tenant``) decode in them and whether a row joined or left the batch there: per
+    group how many, the median measured and predicted duration and the median of their ratio, and the
+    median decode rows and decoding context tokens (which steps the cost model misprices, and what
+    they hold)."""
+    ids = {q.id for q in requests if q.tenant == tenant}
+    by: Dict[str, List[tuple]] = {}
+    for r, p in zip(records, predicted):
+        if r.get("prefill_chunks") or not r.get("decode_batch"):
+            continue
+        mine = "with" if ids.intersection(r.get("decode_seqs") or ()) else "without"
+        changed = "batch changed" if r.get("joined") or r.get("dropped") else "same batch"
+        by.setdefault(f"{mine} {tenant}, {changed}", []).append((r, p))
+    return {k: {"n": len(v), "measured_p50_s": statistics.median(r["duration_s"] for r, _ in v),
+                "predicted_p50_s": statistics.median(p for _, p in v),
+                "ratio_p50": statistics.median(r["duration_s"] / p for r, p in v if p > 0) if any(p > 0 for _, p in v)
+                else None,
+                "rows_p50": statistics.median(r["decode_batch"] for r, _ in v),
+                "context_p50": statistics.median(r.get("decode_context_tokens", 0) for r, _ in v)}
+            for k, v in sorted(by.items())}
+
+
 # ------------------------------------------------------------------------------ runs
 def _records(executor) -> List[dict]:
     return [s.as_dict() for s in executor.steps]
@@ -180,7 +203,8 @@ def replay(executor, arrivals, tenant: str, cost_model, top: int) -> dict:
     return {"itl_p99_s": s.get("itl_s", {}).get("p99"), "itl_p50_s": s.get("itl_s", {}).get("p50"),
             "steps": len(recs), "wall_s": res.wall_s,
             "gaps": gap_summary(tenant_gaps(res.submitted, recs, tenant, pred), top),
-            "step_costs": step_costs(recs, pred), "timeline": timeline(res.submitted, recs)}
+            "step_costs": step_costs(recs, pred), "decode_steps": decode_steps(recs, pred, res.submitted, tenant),
+            "timeline": timeline(res.submitted, recs)}
 
 
 def _point(doc: dict, traces: str, output_scale: Optional[dict]) -> dict:
@@ -242,6 +266,9 @@ def main(argv=None) -> int:
         for k, v in out[label]["engine"][0]["step_costs"].items():
             print(f"   {k:28s} n {v['n']:5d}  {v['measured_p50_s'] * 1e3:7.1f} / {v['predicted_p50_s'] * 1e3:7.1f} ms"
                   f"  ratio {v['ratio_p50'] if v['ratio_p50'] is not None else float('nan'):.2f}")
+        for k, v in out[label]["engine"][0]["decode_steps"].items():
+            print(f"   decode only, {k:28s} n {v['n']:5d}  {v['measured_p50_s'] * 1e3:7.1f} / "
+                  f"{v['predicted_p50_s'] * 1e3:7.1f} ms  rows {v['rows_p50']:g}  context {v['context_p50']:g}")
     plat = args.platform or (doc.get("environment") or {}).get("platform") or Path(args.tune).parent.name
     args.platform = plat
     name = f"tail_steps_{p['model']}" + (f"_{args.label}" if args.label else "")

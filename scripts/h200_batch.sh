@@ -229,6 +229,16 @@
 # the new process began where the old one ended, so what slows the runs outlives the process (the card or the machine,
 # not a step of tune's): h200/process_state_qwen2.5-coder-1.5b_baseline.json. Calls now log the GPU's clocks,
 # temperature, power and throttle reasons every 5 s ($OUT/logs/gpu_PART.csv).
+# 12-08 (#27): 3 calls on one H100 (00:12-01:20 UTC: 8 starts failed or were refused, ~90 s each; one came at
+#    01:20 for the nvidia-h200 kind and gave an H100; budget then 1,064 s, so no H200 item would have fit). The tail part
+#    on the steady cached-profile file, 2 repeats, one process each: stall_free-512/1024 (137 s), interleave-512/1024
+#    (111 s), slo-2048 and admission_gate-2048 (114 s), written as tail_steps_qwen2.5-coder-1.5b_chat_x4_steady*.json
+#    (TAIL_TUNE, TAIL_LABEL, TAIL_CHAT_SCALE=1 are new). Chunk steps beside decode rows measured 1.05-1.29x the cost
+#    model's time on the same steps; steps with decode rows only 2.2-3.6x (16-31 ms), while the chat's own decode gaps
+#    stayed lower: the underpriced steps are the documents decoding without the chat.
+#   next (any card, 1 call): keep each step's rows and context in tail_steps (a --keep-steps flag) and run the same
+#      three settings pairs again, to see which rows and contexts the slow decode-only steps hold.
+#   then (H200): the #26 entry's H200 clock item, then the items below from "the imported trace on the H200" on.
 # 12-07 (#26): 2 calls on an H100 (starts failed or were refused 21:58-22:20; one came at 22:23). 1) the process item
 # below with the GPU log: the SM clock held 1,980 MHz, 46-51 C, no throttle reason, while stall_free-512's ITL p50
 # rose 15.6 -> 21.1 ms over the phases; the second process began at 15.4 ms: on the H100 the slowdown stays with the
@@ -558,10 +568,13 @@ case "$part" in
     fi ;;
   tail)  # issue 37 item 1d: the chat's gaps split by the steps that ended inside them, engine against simulator, on
     # the platform's tune file of TAIL_MODEL: the trace as tuned, then with the chat asking TAIL_CHAT_SCALE x its tokens
+    # TAIL_TUNE names another tune file of the platform (e.g. tune_qwen2.5-coder-1.5b_chat_x4_steady_cached_profile,
+    # whose chat already asks 4x: TAIL_CHAT_SCALE=1 then skips the scaled run) and TAIL_LABEL the results' suffix
     m=${TAIL_MODEL:-llama-3.2-1b}
-    P="$PY -m probes.tail_steps data/results/$PLAT/tune_$m.json --settings ${TAIL_SETTINGS:-interleave-4096 admission_gate-4096} --repeats ${TAIL_REPEATS:-3}"
-    T=${T_TAIL:-270} run $P
-    T=${T_TAIL:-270} run $P --output-scale chat=${TAIL_CHAT_SCALE:-4} --label "chat_x${TAIL_CHAT_SCALE:-4}" ;;
+    P="$PY -m probes.tail_steps data/results/$PLAT/${TAIL_TUNE:-tune_$m}.json --settings ${TAIL_SETTINGS:-interleave-4096 admission_gate-4096} --repeats ${TAIL_REPEATS:-3}"
+    T=${T_TAIL:-270} run $P ${TAIL_LABEL:+--label $TAIL_LABEL}
+    [ "${TAIL_CHAT_SCALE:-4}" = 1 ] || T=${T_TAIL:-270} run $P --output-scale chat=${TAIL_CHAT_SCALE:-4} \
+      --label "${TAIL_LABEL:+${TAIL_LABEL}_}chat_x${TAIL_CHAT_SCALE:-4}" ;;
   process)  # issue 37: what in tune's process slows the engine: two settings of PROC_TUNE measured between tune's
     # steps (a profile of its grid, the chat's solo runs, mlx-lm's BatchGenerator runs) in one process, with phases
     # of no step to show the drift (probes/process_state.py)

@@ -13,7 +13,7 @@ from mlxlab.core.workload import TraceWorkload
 from mlxlab.sim.simulator import Simulator
 from probes import tail_steps
 from probes.key_align_sim import load_point
-from probes.tail_steps import GAP_FIELDS, gap_summary, predicted_steps, replay, tenant_gaps
+from probes.tail_steps import GAP_FIELDS, decode_steps, gap_summary, predicted_steps, replay, tenant_gaps
 from tests.test_warm_carry_sim import _doc
 
 
@@ -34,6 +34,23 @@ def test_each_gap_holds_the_steps_that_ended_inside_it_and_their_chunks():
     assert s["n"] == 2 and s["chunk"]["n"] == 2 and s["decode"] == {"n": 0}
     assert len(s["top"]) == 1 and len(s["top"][0]) == len(GAP_FIELDS) and s["top"][0][0] == pytest.approx(0.05)
     assert gap_summary([]) == {"n": 0}
+
+
+def test_decode_only_steps_are_split_by_the_tenant_in_them_and_a_changed_batch():
+    def rec(d, seqs, ctx, joined=0, chunks=()):
+        return {**_rec(0.0, d, chunks, batch=len(seqs)), "decode_seqs": list(seqs), "decode_context_tokens": ctx,
+                "joined": joined, "dropped": 0}
+
+    recs = [rec(0.01, [1, 2], 100), rec(0.03, [2, 3], 9000), rec(0.05, [2, 3, 4], 12000), rec(0.02, [1], 50, joined=1),
+            rec(0.04, [1, 2], 100, chunks=[(512, 0)]), rec(0.01, [], 0)]  # a chunk step and an empty one: not counted
+    reqs = [SimpleNamespace(id=1, tenant="chat")] + [SimpleNamespace(id=i, tenant="batch") for i in (2, 3, 4)]
+    out = decode_steps(recs, [0.01, 0.01, 0.01, 0.01, 0.01, 0.01], reqs, "chat")
+    assert set(out) == {"with chat, same batch", "without chat, same batch", "with chat, batch changed"}
+    w = out["without chat, same batch"]
+    assert (w["n"], w["rows_p50"], w["context_p50"]) == (2, 2.5, 10500)
+    assert w["measured_p50_s"] == pytest.approx(0.04) and w["ratio_p50"] == pytest.approx(4.0)
+    assert out["with chat, same batch"]["ratio_p50"] == pytest.approx(1.0)
+    assert out["with chat, batch changed"]["n"] == 1
 
 
 @pytest.mark.parametrize("policy,chunk,options", [("interleave", 1024, {}), ("stall_free", 2048, {"token_budget": 256})])
