@@ -44,7 +44,9 @@ def http_chart(doc: Mapping, platform: str = "") -> alt.Chart:
     names = list(df["server"])
     every = list(doc.get("servers") or {})  # a server keeps its colour when one before it is not drawn
     colors = [COLORS.get(n, PALETTE[every.index(n) % len(PALETTE)]) for n in names]
-    color = alt.Color("server:N", scale=alt.Scale(domain=names, range=colors), legend=None)  # each point is labelled
+    # a legend, not labels beside the points: two servers close on the plane had their labels read as each other's
+    color = alt.Color("server:N", scale=alt.Scale(domain=names, range=colors),
+                      legend=alt.Legend(title=None, orient="top-right", labelFontSize=11))
     lo, hi = min(df["itl_lo"].min(), df["solo"].min()) / 2, max(df["itl_hi"].max(), ITL_X * df["solo"].max()) * 2
     y = alt.Y("itl:Q", scale=alt.Scale(type="log", domain=[lo, hi]), title="chat ITL p99 beside the documents (ms)")
     x = alt.X("docs:Q", scale=alt.Scale(domainMin=0, nice=True), title="documents finished per minute")
@@ -60,15 +62,6 @@ def http_chart(doc: Mapping, platform: str = "") -> alt.Chart:
     ybars = base.mark_rule(strokeWidth=1.5).encode(x=x, y=alt.Y("itl_lo:Q"), y2="itl_hi:Q", color=color)
     dots = base.mark_point(filled=True, size=90).encode(
         x=x, y=y, color=color, tooltip=["server", alt.Tooltip("docs:Q", format=".1f"), alt.Tooltip("itl:Q", format=".0f")])
-    # labels alternate above and below the points in order of documents/min (neighbours on the plane do not
-    # collide), the rightmost one set to the left of its point so it stays inside the plot
-    df = df.sort_values("docs").reset_index(drop=True)
-    df["dy"] = [-10 if i % 2 == 0 else 14 for i in range(len(df))]
-    df["right"] = df.index == len(df) - 1
-    groups = df.groupby(["dy", "right"])
-    labels = alt.layer(*[alt.Chart(part).mark_text(align="right" if right else "left", dx=-8 if right else 8,
-                                                   dy=int(dy), fontSize=10).encode(x=x, y=y, text="server:N", color=color)
-                         for (dy, right), part in groups])
     base = alt.Chart(df)
     where = f"{platform}, " if platform else ""
     sub = [f"{c.get('workers', '?')} document clients of {c.get('doc_chars', '?')} tokens beside a "
@@ -76,4 +69,4 @@ def http_chart(doc: Mapping, platform: str = "") -> alt.Chart:
     sub += [f"not drawn: {k}, its requests failed ({failed(v)[0][:70]})"
             for k, v in (doc.get("servers") or {}).items() if failed(v)]
     title = alt.TitleParams(f"Over HTTP: documents against the chat ({where}{c.get('model_dir', '?')})", subtitle=sub)
-    return (band + rule + note + xbars + ybars + dots + labels).properties(width=420, height=300, title=title)
+    return (band + rule + note + xbars + ybars + dots).properties(width=420, height=300, title=title)
