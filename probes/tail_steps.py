@@ -15,6 +15,14 @@ what ran in them:
   the cost model predicts for the steps the engine ran (``predicted_s``: the same records, cold
   chunks counted along the run as the profile counted them, plus its per-step overhead).
 
+A step's own time (:func:`own_times`) is what the profile times and the cost model prices: from the
+later of its start and the previous step's end to its end. A decode-only step's record runs from
+its start until its tokens are read, which the engine (and the simulator, with a measured
+``tail_s``) does inside the next step, after queueing that step's forward: its span covers two
+forwards where the chain of token reads shows one. Files written before 2026-12-08 compared
+spans (``step_time`` absent); files since say ``"step_time": "own"`` and keep the span's median
+beside (``span_p50_s``).
+
 So a tail that differs can be told apart: the same kinds of gaps costing another time (the step
 cost is wrong: ``predicted_s`` against ``steps_s`` on the engine's own steps), or another count of
 chunk gaps (the plan differs: the two sides put chunks beside the tenant's tokens at other
@@ -70,6 +78,18 @@ def parse_args(argv=None):
 
 
 # ------------------------------------------------------------------------------ analysis (pure)
+def own_times(records: Sequence[dict]) -> List[float]:
+    """Each record's own time (records in step order): its end less the later of its start and the
+    latest end of the records before it. Steps that do not overlap keep their span; a pipelined
+    decode-only step, whose tokens are read inside the next step, counts from the previous read to
+    its own (one forward, the profile's measure), and the step after it from that read on."""
+    out, last = [], float("-inf")
+    for r in records:
+        out.append(max(0.0, r["end_s"] - max(r["start_s"], last)))
+        last = max(last, r["end_s"])
+    return out
+
+
 def predicted_steps(records: Sequence[dict], cost_model) -> List[float]:
     """The cost model's time for each of ``records`` (``StepRecord.as_dict()``, in the run's order):
     cold chunks counted along the run as the model's profile counted them, plus its per-step
@@ -87,9 +107,11 @@ def tenant_gaps(requests: Sequence, records: Sequence[dict], tenant: str,
     """Every gap between two consecutive tokens of ``tenant``'s requests (objects with ``tenant``
     and ``token_times_s``, on the records' clock) with the steps that ended inside it
     (``(earlier token, later token]``): how many, their prefill tokens and largest chunk, the decode
-    batch of the step that made the later token, their summed duration and prediction."""
+    batch of the step that made the later token, their summed own time (:func:`own_times`) and
+    prediction."""
     order = sorted(range(len(records)), key=lambda i: records[i]["end_s"])
     ends = [records[i]["end_s"] for i in order]
+    own = own_times(records)
     out = []
     for req in requests:
         if req.tenant != tenant:
@@ -102,7 +124,7 @@ def tenant_gaps(requests: Sequence, records: Sequence[dict], tenant: str,
             out.append({"gap_s": b - a, "steps": len(inside), "chunk_tokens": int(sum(chunks)),
                         "largest_chunk": int(max(chunks, default=0)),
                         "decode_batch": int(inside[-1]["decode_batch"]) if inside else 0,
-                        "steps_s": float(sum(r["duration_s"] for r in inside)),
+                        "steps_s": float(sum(own[i] for i in idx)),
                         "predicted_s": float(sum(predicted[i] for i in idx)) if predicted is not None else None})
     return out
 
@@ -149,40 +171,45 @@ def timeline(requests: Sequence, records: Sequence[dict]) -> dict:
 
 def step_costs(records: Sequence[dict], predicted: Sequence[float]) -> Dict[str, dict]:
     """The engine's steps by kind (decode only; prefill with the largest chunk up to 512, 2048 or
-    more tokens; with or without decode rows): median measured duration, median prediction and
-    the median of their ratio, how many."""
+    more tokens; with or without decode rows): the median own time (:func:`own_times`), the
+    median prediction and the median of their ratio, how many, and the median span (start to
+    end, which for a pipelined decode-only step covers the next step's forward too)."""
     by: Dict[str, List[tuple]] = {}
-    for r, p in zip(records, predicted):
+    for r, own, p in zip(records, own_times(records), predicted):
         chunk = max((c[0] for c in r.get("prefill_chunks") or []), default=0)
         size = "none" if not chunk else ("<=512" if chunk <= 512 else "<=2048" if chunk <= 2048 else ">2048")
         key = f"chunk {size}, decode {'rows' if r.get('decode_batch') else 'none'}"
-        by.setdefault(key, []).append((r["duration_s"], p))
-    return {k: {"n": len(v), "measured_p50_s": statistics.median(m for m, _ in v),
-                "predicted_p50_s": statistics.median(p for _, p in v),
-                "ratio_p50": statistics.median(m / p for m, p in v if p > 0) if any(p > 0 for _, p in v) else None}
+        by.setdefault(key, []).append((own, p, r["duration_s"]))
+    return {k: {"n": len(v), "measured_p50_s": statistics.median(m for m, _, _ in v),
+                "predicted_p50_s": statistics.median(p for _, p, _ in v),
+                "ratio_p50": _ratio(v), "span_p50_s": statistics.median(d for _, _, d in v)}
             for k, v in sorted(by.items())}
+
+
+def _ratio(rows: Sequence[tuple]) -> Optional[float]:
+    """The median of measured / predicted over rows of (measured, predicted, ...) with a prediction."""
+    r = [m / p for m, p, *_ in rows if p > 0]
+    return statistics.median(r) if r else None
 
 
 def decode_steps(records: Sequence[dict], predicted: Sequence[float], requests: Sequence, tenant: str) -> Dict[str, dict]:
     """The steps with decode rows and no prefill chunk, split by whether ``tenant``'s requests (objects
     with ``id`` and ``tenant``) decode in them and whether a row joined or left the batch there: per
-    group how many, the median measured and predicted duration and the median of their ratio, and the
-    median decode rows and decoding context tokens (which steps the cost model misprices, and what
-    they hold)."""
+    group how many, the median own time (:func:`own_times`) and prediction and the median of their
+    ratio, and the median decode rows and decoding context tokens (which steps the cost model
+    misprices, and what they hold)."""
     ids = {q.id for q in requests if q.tenant == tenant}
     by: Dict[str, List[tuple]] = {}
-    for r, p in zip(records, predicted):
+    for r, own, p in zip(records, own_times(records), predicted):
         if r.get("prefill_chunks") or not r.get("decode_batch"):
             continue
         mine = "with" if ids.intersection(r.get("decode_seqs") or ()) else "without"
         changed = "batch changed" if r.get("joined") or r.get("dropped") else "same batch"
-        by.setdefault(f"{mine} {tenant}, {changed}", []).append((r, p))
-    return {k: {"n": len(v), "measured_p50_s": statistics.median(r["duration_s"] for r, _ in v),
-                "predicted_p50_s": statistics.median(p for _, p in v),
-                "ratio_p50": statistics.median(r["duration_s"] / p for r, p in v if p > 0) if any(p > 0 for _, p in v)
-                else None,
-                "rows_p50": statistics.median(r["decode_batch"] for r, _ in v),
-                "context_p50": statistics.median(r.get("decode_context_tokens", 0) for r, _ in v)}
+        by.setdefault(f"{mine} {tenant}, {changed}", []).append((own, p, r))
+    return {k: {"n": len(v), "measured_p50_s": statistics.median(m for m, _, _ in v),
+                "predicted_p50_s": statistics.median(p for _, p, _ in v), "ratio_p50": _ratio(v),
+                "rows_p50": statistics.median(r["decode_batch"] for _, _, r in v),
+                "context_p50": statistics.median(r.get("decode_context_tokens", 0) for _, _, r in v)}
             for k, v in sorted(by.items())}
 
 
@@ -262,7 +289,7 @@ def main(argv=None) -> int:
             out[label]["engine"].append(run)
             _print(label, f"engine{r + 1}", run)
     for label in labels:
-        print(f"{label}: the engine's steps by kind (measured / the cost model on the same steps, medians of run 1)")
+        print(f"{label}: the engine's steps by kind (own time / the cost model on the same steps, medians of run 1)")
         for k, v in out[label]["engine"][0]["step_costs"].items():
             print(f"   {k:28s} n {v['n']:5d}  {v['measured_p50_s'] * 1e3:7.1f} / {v['predicted_p50_s'] * 1e3:7.1f} ms"
                   f"  ratio {v['ratio_p50'] if v['ratio_p50'] is not None else float('nan'):.2f}")
@@ -272,7 +299,7 @@ def main(argv=None) -> int:
     plat = args.platform or (doc.get("environment") or {}).get("platform") or Path(args.tune).parent.name
     args.platform = plat
     name = f"tail_steps_{p['model']}" + (f"_{args.label}" if args.label else "")
-    common.save(args, "tail_steps", {"tune": Path(args.tune).name, "tune_source_commit": (doc.get("environment") or {})
+    common.save(args, "tail_steps", {"step_time": "own", "tune": Path(args.tune).name, "tune_source_commit": (doc.get("environment") or {})
                                      .get("source_commit"), "tenant": tenant, "output_scale": scale,
                                      "repeats": args.repeats, "gap_fields": list(GAP_FIELDS),
                                      "request_fields": list(REQUEST_FIELDS), "chunk_fields": list(CHUNK_FIELDS),

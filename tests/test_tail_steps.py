@@ -37,9 +37,12 @@ def test_each_gap_holds_the_steps_that_ended_inside_it_and_their_chunks():
 
 
 def test_decode_only_steps_are_split_by_the_tenant_in_them_and_a_changed_batch():
-    def rec(d, seqs, ctx, joined=0, chunks=()):
-        return {**_rec(0.0, d, chunks, batch=len(seqs)), "decode_seqs": list(seqs), "decode_context_tokens": ctx,
-                "joined": joined, "dropped": 0}
+    clock = [0.0]
+
+    def rec(d, seqs, ctx, joined=0, chunks=()):  # one after another
+        clock[0] += d
+        return {**_rec(clock[0] - d, clock[0], chunks, batch=len(seqs)), "decode_seqs": list(seqs),
+                "decode_context_tokens": ctx, "joined": joined, "dropped": 0}
 
     recs = [rec(0.01, [1, 2], 100), rec(0.03, [2, 3], 9000), rec(0.05, [2, 3, 4], 12000), rec(0.02, [1], 50, joined=1),
             rec(0.04, [1, 2], 100, chunks=[(512, 0)]), rec(0.01, [], 0)]  # a chunk step and an empty one: not counted
@@ -51,6 +54,31 @@ def test_decode_only_steps_are_split_by_the_tenant_in_them_and_a_changed_batch()
     assert w["measured_p50_s"] == pytest.approx(0.04) and w["ratio_p50"] == pytest.approx(4.0)
     assert out["with chat, same batch"]["ratio_p50"] == pytest.approx(1.0)
     assert out["with chat, batch changed"]["n"] == 1
+
+
+def test_a_steps_own_time_starts_where_the_step_before_it_ended():
+    # a pipelined decode-only step ends when the next step reads its tokens: spans overlap
+    recs = [_rec(0.0, 0.018), _rec(0.009, 0.027), _rec(0.018, 0.030), _rec(0.031, 0.071, [(512, 0)])]
+    assert tail_steps.own_times(recs) == pytest.approx([0.018, 0.009, 0.003, 0.040])
+    costs = tail_steps.step_costs(recs, [0.009] * 4)
+    dec = costs["chunk none, decode rows"]
+    assert dec["measured_p50_s"] == pytest.approx(0.009) and dec["span_p50_s"] == pytest.approx(0.018)
+    assert dec["ratio_p50"] == pytest.approx(1.0)
+
+
+def test_with_a_decode_tail_the_simulators_decode_only_steps_cost_their_prediction_not_their_span():
+    doc = _doc()
+    doc["profile"]["cost_model"] = {**doc["profile"]["cost_model"], "tail_s": 0.002}  # tokens read one step later
+    point = load_point(doc, "data/traces/samples")
+    cm = point["cost_model"]
+    assert cm.tail_s == 0.002
+    sim = Simulator(cm, policy="interleave", chunk_size=1024, **point["limits"])
+    res = run_workload(sim, TraceWorkload(list(point["arrivals"]), name="t"))
+    recs = [s.as_dict() for s in res.executor.steps]
+    costs = tail_steps.step_costs(recs, predicted_steps(recs, cm))["chunk none, decode rows"]
+    assert costs["n"] > 100
+    assert costs["ratio_p50"] == pytest.approx(1.0, abs=0.02)  # one forward a step, as the cost model prices it
+    assert costs["span_p50_s"] > 1.5 * costs["measured_p50_s"]  # start to read covers the next step's forward
 
 
 @pytest.mark.parametrize("policy,chunk,options", [("interleave", 1024, {}), ("stall_free", 2048, {"token_budget": 256})])
