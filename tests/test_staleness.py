@@ -24,7 +24,7 @@ def test_older_follows_ancestry():
 
 
 def test_a_file_measured_before_its_study_changed_is_flagged_and_one_after_is_not():
-    changed = st.last_change(("mlxlab/studies/serving",))
+    changed = st.last_change(st.measuring_paths("serving"))
     before = _git("rev-parse", f"{changed}~1")
     doc = {"environment": {"git_commit": before[:7]},
            "verdicts": [{"claim": "mlx-serve-chat-itl", "decided_by": before[:7] + "-dirty"}]}
@@ -45,3 +45,19 @@ def test_the_report_lists_each_flagged_file():
     text = st.staleness_markdown(rows)
     assert "Of the 2 files, 1 were measured before" in text and "`cpu/a.json` `abc1234` < `def5678`" in text
     assert "cpu/b.json" not in text and "0 store verdicts decided before their rules last changed" in text
+
+
+def test_only_code_that_measures_makes_a_measurement_old():
+    # the newest commit counted for a study touched a module besides its charts and verdicts
+    for name in ("serving", "contention", "tune"):
+        code = st.last_change(st.measuring_paths(name))
+        files = _git("show", "--name-only", "--format=", code).splitlines()
+        mine = [f for f in files if f.startswith(f"mlxlab/studies/{name}/")]
+        assert mine and not all(f.endswith(("charts.py", "verdict.py")) for f in mine), (name, code, mine)
+    # a commit that only redrew a figure is not counted: the chart module's own newest change, when it
+    # touched no other module of the package, lies outside what measures
+    chart = st.last_change(("mlxlab/studies/serving/charts.py",))
+    others = [f for f in _git("show", "--name-only", "--format=", chart).splitlines()
+              if f.startswith("mlxlab/studies/serving/") and not f.endswith(("charts.py", "verdict.py"))]
+    if not others:
+        assert st.last_change(st.measuring_paths("serving")) != chart

@@ -3,9 +3,10 @@
 A results file stores the commit that measured it (``environment.source_commit`` for a device
 copy, else ``git_commit``) and, per verdict, the commit that decided it (``decided_by``). The
 study that owns the file (:func:`mlxlab.studies.study_for`) names the code behind it: its package
-(``mlxlab/studies/<name>/``) measures, its ``decide`` module and the shared rules decide. A file is
-*measured by older code* when its study's package changed in a commit that came after the one
-that measured it, and *decided by older rules* when its decide module or the shared rules changed
+(``mlxlab/studies/<name>/``) measures, less the modules that only draw or decide (``*charts.py``,
+``*verdict.py``: :data:`NOT_MEASURING`), and its ``decide`` module and the shared rules decide. A
+file is *measured by older code* when that measuring code changed in a commit that came after the
+one that measured it (a redrawn figure or a new rule does not make a measurement old), and *decided by older rules* when its decide module or the shared rules changed
 after the commit that decided its verdicts (``tests/test_rederive.py`` keeps such verdicts equal
 to today's rules, so this names where the rules moved since, not a wrong verdict). The build
 prints the list and the reproducibility section shows it. Git answers both questions; without a
@@ -23,6 +24,14 @@ from mlxlab.core.paths import ROOT
 
 #: code every study's verdicts go through
 SHARED_RULES = ("mlxlab/studies/rules.py", "mlxlab/core/claims.py")
+#: a study package's modules that draw or decide from stored results and measure nothing
+NOT_MEASURING = ("*charts.py", "*verdict.py")
+
+
+def measuring_paths(study_name: str) -> tuple:
+    """The git pathspecs of a study's measuring code: its package less :data:`NOT_MEASURING`."""
+    pkg = f"mlxlab/studies/{study_name}"
+    return (pkg, *(f":(exclude){pkg}/{pat}" for pat in NOT_MEASURING))
 
 
 def _git(*args: str) -> Optional[subprocess.CompletedProcess]:
@@ -84,7 +93,7 @@ def file_status(path: Path, doc: Dict) -> Dict:
         study = study_for(path)
     except ValueError:
         return row  # a probe's or a tool's file: no study owns its code
-    code = last_change((f"mlxlab/studies/{study.name}",))
+    code = last_change(measuring_paths(study.name))
     row["study_changed"] = code
     if made and code:
         row["measured_by_older_code"] = older(made, code)

@@ -69,8 +69,9 @@ def frontier_verdict(presets: Mapping[str, Mapping]) -> Dict:
     (``noise_band_x``), the preset's ``outcome`` and the settings the noise leaves open (``unresolved``)."""
     measured, missing, failing, outcomes = {}, [], [], {}
     for name, res in presets.items():
+        engine = _engine_rows(res)
         rows = {k: (as_float(s.get("chat_itl_p99_over_solo")), as_float(s.get("doc_ttft_over_best_alone")))
-                for k, s in _engine_rows(res).items()}
+                for k, s in engine.items()}
         rows = {k: v for k, v in rows.items() if all(math.isfinite(x) for x in v)}
         if not rows:
             missing.append(name)
@@ -81,7 +82,7 @@ def frontier_verdict(presets: Mapping[str, Mapping]) -> Dict:
                           "doc_ttft_over_best_alone": rounded(rows[best][1]), "passing": passing}
         if not passing:
             failing.append(name)
-        per = {k: _setting_outcome(_engine_rows(res)[k], res, *rows[k]) for k in rows}
+        per = {k: _setting_outcome(engine[k], res, *rows[k]) for k in rows}
         if any(bands for _, bands in per.values()):
             outcomes[name] = min((o["verdict"] for o, _ in per.values()), key=_RANK.get)
             measured[name].update(outcome=outcomes[name], noise_band_x=per[best][1])

@@ -62,7 +62,6 @@ def http_chart(doc: Mapping, platform: str = "") -> alt.Chart:
     ybars = base.mark_rule(strokeWidth=1.5).encode(x=x, y=alt.Y("itl_lo:Q"), y2="itl_hi:Q", color=color)
     dots = base.mark_point(filled=True, size=90).encode(
         x=x, y=y, color=color, tooltip=["server", alt.Tooltip("docs:Q", format=".1f"), alt.Tooltip("itl:Q", format=".0f")])
-    base = alt.Chart(df)
     where = f"{platform}, " if platform else ""
     sub = [f"{c.get('workers', '?')} document clients of {c.get('doc_chars', '?')} tokens beside a "
            f"{c.get('chat_chars', '?')}-token chat; median of {c.get('repeats', '?')} repeats, bars: min to max"]
