@@ -229,6 +229,19 @@
 # the new process began where the old one ended, so what slows the runs outlives the process (the card or the machine,
 # not a step of tune's): h200/process_state_qwen2.5-coder-1.5b_baseline.json. Calls now log the GPU's clocks,
 # temperature, power and throttle reasons every 5 s ($OUT/logs/gpu_PART.csv).
+# 12-08 (#28): no call ran (the device tool lent no machine this session). Found on the CPU: #27's "decode-only steps
+#    2.2-3.6x the cost model" was the probe's error: a pipelined decode-only step's record ends when the next step
+#    reads its tokens, so its span covers two forwards; tail_steps now times each step from the previous one's end
+#    (own_times, the profile's measure). On #27's files engine against simulation, both spans: decode-only steps
+#    1.10-1.88x, the chat's decode gaps 8.6-15.5 ms against 6.7-8.5: the H100's decode forwards beside the documents
+#    do cost more than priced. On the CPU (cpu/tail_steps_small_chat_x8.json) own time over the model: 1.02-1.26x.
+#   next (any card, 1 call, ~400 s): the #27 tail item again with the fixed probe (files gain "step_time": "own",
+#      span_p50_s and decode_steps): TAIL_MODEL=qwen2.5-coder-1.5b
+#      TAIL_TUNE=tune_qwen2.5-coder-1.5b_chat_x4_steady_cached_profile TAIL_CHAT_SCALE=1 TAIL_REPEATS=2 T_TAIL=300 with
+#      TAIL_SETTINGS "stall_free-512 stall_free-1024" (TAIL_LABEL=chat_x4_steady), "interleave-512 interleave-1024"
+#      (chat_x4_steady_interleave), "slo-2048 admission_gate-2048" (chat_x4_steady_slo_gate): the same names replace
+#      #27's files, which the paper then reads by own time.
+#   then (H200): the #26 entry's clock item, then the items below from "the imported trace on the H200" on.
 # 12-08 (#27): 3 calls on one H100 (00:12-01:20 UTC: 8 starts failed or were refused, ~90 s each; one came at
 #    01:20 for the nvidia-h200 kind and gave an H100; budget then 1,064 s, so no H200 item would have fit). The tail part
 #    on the steady cached-profile file, 2 repeats, one process each: stall_free-512/1024 (137 s), interleave-512/1024
