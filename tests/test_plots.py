@@ -61,6 +61,19 @@ def test_lines_takes_a_readable_legend_title_and_ticks_a_log_x_at_its_settings()
     assert spec["encoding"]["x"]["axis"]["values"] == [96, 480, 1024]
 
 
+def test_ratio_bars_draw_the_repeats_range_across_each_bar_only_when_asked():
+    df = pd.DataFrame({"model": ["cpu: small"] * 2, "metric": ["prefill", "decode"], "ratio": [1.0, 1.04],
+                       "lowest": [0.95, 1.02], "highest": [1.07, 1.06]})
+    plain = [m["mark"] for m in _marks(plots.ratio_bars(df, "model", "ratio", color="metric").to_dict())]
+    assert plain.count("rule") == 1  # the reference rule alone
+    marks = list(_marks(plots.ratio_bars(df, "model", "ratio", color="metric", spread=("lowest", "highest")).to_dict()))
+    whisk = [m for m in marks if m["mark"] == "rule" and "x2" in m["spec"]["encoding"]]
+    assert len(whisk) == 1
+    enc = whisk[0]["spec"]["encoding"]
+    assert (enc["x"]["field"], enc["x2"]["field"], enc["yOffset"]["field"]) == ("lowest", "highest", "metric")
+    assert [(r["lowest"], r["highest"]) for r in whisk[0]["rows"]] == [(0.95, 1.07), (1.02, 1.06)]
+
+
 def test_reference_lines_carry_their_label():
     assert _texts(plots.vrule(6, "6 sessions: all of them fit")) == ["6 sessions: all of them fit"]
     assert _texts(plots.marker(1024, "slider: 1,024 tokens")) == ["slider: 1,024 tokens"]

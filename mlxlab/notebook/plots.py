@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import math
 from pathlib import Path
-from typing import Iterable, Optional, Sequence
+from typing import Iterable, Optional, Sequence, Tuple
 
 import altair as alt
 import pandas as pd
@@ -202,10 +202,12 @@ def token_timeline(token_times: pd.DataFrame, *, title: str = "Token timeline", 
 
 
 def ratio_bars(df: pd.DataFrame, category: str, ratio: str, *, color: Optional[str] = None,
-               title: "str | alt.TitleParams" = "", reference: float = 1.0) -> alt.Chart:
+               title: "str | alt.TitleParams" = "", reference: float = 1.0,
+               spread: Optional[Tuple[str, str]] = None) -> alt.Chart:
     """Horizontal bars of a ratio (mlxlab / mlx-lm) with a labelled rule at ``reference`` (equal
     to mlx-lm); ``color`` names the column whose values the legend shows, as given (pass readable
-    values, not field names)."""
+    values, not field names); ``spread`` names two columns (low, high: e.g. the smallest and the
+    largest of the repeats' paired ratios) drawn as a black rule across each bar."""
     enc = {"y": alt.Y(f"{category}:N", title=None),
            "x": alt.X(f"{ratio}:Q", title="ratio mlxlab / mlx-lm", axis=alt.Axis(tickCount=6)),
            "tooltip": list(df.columns)}
@@ -213,6 +215,12 @@ def ratio_bars(df: pd.DataFrame, category: str, ratio: str, *, color: Optional[s
         enc["color"] = alt.Color(f"{color}:N", title=None, legend=alt.Legend(orient="bottom", labelLimit=0))
         enc["yOffset"] = alt.YOffset(f"{color}:N")
     bars = alt.Chart(df, title=title).mark_bar().encode(**enc)
+    if spread:
+        lo, hi = spread
+        whisk = {"y": enc["y"], "x": alt.X(f"{lo}:Q"), "x2": f"{hi}:Q", "tooltip": enc["tooltip"]}
+        if color:
+            whisk["yOffset"] = enc["yOffset"]
+        bars = bars + alt.Chart(df).mark_rule(color="black", strokeWidth=1.5).encode(**whisk)
     ref = alt.Chart(pd.DataFrame({"x": [reference], "label": [f"{reference:g} = as fast as mlx-lm"]}))
     rule = ref.mark_rule(color="#c0392b").encode(x="x:Q")
     text = ref.mark_text(color="#c0392b", align="left", dx=4, dy=-6, baseline="bottom").encode(

@@ -91,7 +91,15 @@ live
 import altair as alt
 
 mode = "quick mode" if quick else "full mode"
-mine = pd.DataFrame([{"model": f"this run: {S.platform}, {model_name}", "metric": name, "ratio": res[k]["ratio"]}
+
+
+def paired(r: dict) -> dict:
+    """What the verdicts decide on: the median of the repeats' paired ratios, and their range."""
+    p = r.get("paired_ratios") or [r["ratio"]]
+    return {"ratio": r.get("paired_ratio_median", r["ratio"]), "lowest": min(p), "highest": max(p)}
+
+
+mine = pd.DataFrame([{"model": f"this run: {S.platform}, {model_name}", "metric": name, **paired(res[k])}
                      for k, name in METRIC_NAMES.items()])
 rows = []
 for f in sorted((data_dir() / "results").glob("*/bench_engine.json")):
@@ -99,13 +107,15 @@ for f in sorted((data_dir() / "results").glob("*/bench_engine.json")):
     for preset, r in d["presets"].items():
         for k, name in METRIC_NAMES.items():
             rows.append({"platform": f.parent.name, "model": f"{f.parent.name}: {preset}", "metric": name,
-                         "ratio": r[k]["ratio"], "mlxlab": r[k]["mlxlab"]["median"], "mlx_lm": r[k]["mlx_lm"]["median"]})
+                         **paired(r[k]), "mlxlab": r[k]["mlxlab"]["median"], "mlx_lm": r[k]["mlx_lm"]["median"]})
 committed = pd.DataFrame(rows)
-chart = plots.ratio_bars(mine, "model", "ratio", color="metric", title=alt.TitleParams(
-    f"This run ({mode}): the engine against mlx-lm", subtitle="same model object, same run"))
+sub = "the median of the repeats' paired ratios (each repeat runs both sides); black: their range"
+chart = plots.ratio_bars(mine, "model", "ratio", color="metric", spread=("lowest", "highest"), title=alt.TitleParams(
+    f"This run ({mode}): the engine against mlx-lm", subtitle=["same model object, same run", sub]))
 if len(committed):
-    reference = plots.ratio_bars(committed, "model", "ratio", color="metric", title=alt.TitleParams(
-        "Committed reference results, not this run", subtitle="full runs: data/results/*/bench_engine.json"))
+    reference = plots.ratio_bars(committed, "model", "ratio", color="metric", spread=("lowest", "highest"),
+                                 title=alt.TitleParams("Committed reference results, not this run",
+                                                       subtitle=["full runs: data/results/*/bench_engine.json", sub]))
     chart = alt.vconcat(chart, reference).resolve_scale(x="shared")
 S.figure(chart, "bench_engine_ratios")
 display(chart)
