@@ -206,8 +206,8 @@ def ratio_bars(df: pd.DataFrame, category: str, ratio: str, *, color: Optional[s
                spread: Optional[Tuple[str, str]] = None) -> alt.Chart:
     """Horizontal bars of a ratio (mlxlab / mlx-lm) with a labelled rule at ``reference`` (equal
     to mlx-lm); ``color`` names the column whose values the legend shows, as given (pass readable
-    values, not field names); ``spread`` names two columns (low, high: e.g. the smallest and the
-    largest of the repeats' paired ratios) drawn as a black rule across each bar."""
+    values, not field names); ``spread`` names two columns (low, high: e.g. the median less and plus
+    its noise band) drawn as a black rule across each bar."""
     enc = {"y": alt.Y(f"{category}:N", title=None),
            "x": alt.X(f"{ratio}:Q", title="ratio mlxlab / mlx-lm", axis=alt.Axis(tickCount=6)),
            "tooltip": list(df.columns)}

@@ -90,13 +90,15 @@ live
 # %%
 import altair as alt
 
+from mlxlab.studies.rules import paired_band
+
 mode = "quick mode" if quick else "full mode"
 
 
 def paired(r: dict) -> dict:
-    """What the verdicts decide on: the median of the repeats' paired ratios, and their range."""
-    p = r.get("paired_ratios") or [r["ratio"]]
-    return {"ratio": r.get("paired_ratio_median", r["ratio"]), "lowest": min(p), "highest": max(p)}
+    """What the speed verdict decides on: the median of the repeats' paired ratios, and its noise band."""
+    med, band = paired_band(r.get("paired_ratios") or [r["ratio"]], 0.0)
+    return {"ratio": med, "lowest": med - band, "highest": med + band, "repeats": len(r.get("paired_ratios") or [1])}
 
 
 mine = pd.DataFrame([{"model": f"this run: {S.platform}, {model_name}", "metric": name, **paired(res[k])}
@@ -109,7 +111,7 @@ for f in sorted((data_dir() / "results").glob("*/bench_engine.json")):
             rows.append({"platform": f.parent.name, "model": f"{f.parent.name}: {preset}", "metric": name,
                          **paired(r[k]), "mlxlab": r[k]["mlxlab"]["median"], "mlx_lm": r[k]["mlx_lm"]["median"]})
 committed = pd.DataFrame(rows)
-sub = "the median of the repeats' paired ratios (each repeat runs both sides); black: their range"
+sub = "the median of the repeats' paired ratios (each repeat runs both sides); black: its noise band, 3 x MAD / sqrt(repeats)"
 chart = plots.ratio_bars(mine, "model", "ratio", color="metric", spread=("lowest", "highest"), title=alt.TitleParams(
     f"This run ({mode}): the engine against mlx-lm", subtitle=["same model object, same run", sub]))
 if len(committed):
